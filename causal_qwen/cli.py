@@ -1,0 +1,48 @@
+"""The ``causal-qwen`` command line: one sub-command per module in `causal_qwen.commands`.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` to a
+function taking the parsed arguments and returning the exit status. Only this layer prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+COMMAND_MODULES = (
+    "convert",
+    "compare",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="causal-qwen",
+        description="CausalQwen: convert Qwen2 models to causal LMs with Cauchy abduction/action heads, "
+        "verify, fine-tune, generate, evaluate and plot.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"causal_qwen.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        print(f"causal-qwen {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

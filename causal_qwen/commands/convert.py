@@ -1,0 +1,47 @@
+"""``causal-qwen convert``: write a converted model and its tokenizer to a folder."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..loading import load_tokenizer_for_base
+from ..modeling import CausalQwenForCausalLM
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a Qwen2 base into a CausalQwen model folder",
+        description="Convert a Qwen2/Qwen2.5 base (preset random:tiny, random:tiny-untied, random:qwen2.5-0.5b; "
+        "a local folder; a .gguf file; or a hub id) into CausalQwen with the initialisation of DESIGN §4, and "
+        "write model (safetensors) and tokenizer to --out.",
+    )
+    parser.add_argument("--base", required=True, help="Qwen2 base: preset, folder, .gguf file or hub id")
+    parser.add_argument("--out", required=True, help="output folder (created; must be empty or absent)")
+    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base (a folder or hub id)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"output folder {str(out)!r} is not empty")
+    model = CausalQwenForCausalLM.from_qwen(args.base, gguf_file=args.gguf_file)
+    tokenizer = load_tokenizer_for_base(args.base, gguf_file=args.gguf_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    print(f"wrote CausalQwen model ({sum(p.numel() for p in model.parameters()):,} parameters) to {out}")
+    return 0

@@ -1,0 +1,103 @@
+"""`CausalQwenConfig`: Qwen2's configuration plus the causal heads' settings (DESIGN §4, §5).
+
+Every field below is validated in ``__post_init__``; a bad value raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from transformers import Qwen2Config
+
+NOISE_MODES = ("constant", "uniform", "zero")
+OVR_REDUCTIONS = ("sum", "mean")
+OVR_LOSS_IMPLEMENTATIONS = ("fused", "reference")
+THRESHOLD_KINDS = ("scalar", "per_token")
+
+
+class CausalQwenConfig(Qwen2Config):
+    r"""Configuration of `CausalQwenForCausalLM`: all of `Qwen2Config`, plus
+
+    causal_size (`int`, *optional*): size ``C`` of the individual representation ``U``; ``None`` means
+        ``hidden_size`` (required for the exact identity initialisation of ``W_loc``).
+    num_token_id (`int`): vocabulary id of ``<NUM>``; by default the first reserved slot 151665.
+    initial_scale (`float`, defaults to 10.0): ``γ0``; ``b_scale`` starts at ``softplus⁻¹(γ0)`` so that
+        ``scale_U = γ0`` everywhere at initialisation.
+    noise_init (`float`, defaults to 0.1): initial value of the exogenous noise scale ``b_noise``.
+    noise_mode (`str`, defaults to ``"constant"``): ``"constant"`` (every component ``noise_init``),
+        ``"uniform"`` (``U(0, 2·noise_init)``) or ``"zero"``.
+    ovr_threshold (`float`, defaults to 100.0): initial OvR decision threshold ``C``.
+    ovr_threshold_kind (`str`, defaults to ``"scalar"``): ``"scalar"`` or ``"per_token"`` (one per vocabulary id).
+    learnable_threshold (`bool`, defaults to False): thresholds are parameters instead of buffers.
+    ovr_reduction (`str`, defaults to ``"sum"``): ``"sum"`` over the vocabulary per position, or
+        ``"mean"`` (divided by ``V``).
+    ovr_loss_implementation (`str`, defaults to ``"fused"``): the vocabulary-chunked fused head+loss, or the
+        ``"reference"`` that materialises (tokens × vocabulary) tensors.
+    ovr_chunk_size (`int`, defaults to 8192): vocabulary slice size of the fused loss.
+    ovr_negatives (`int`, *optional*): sample this many negatives per batch during training (unbiased
+        estimate of the OvR sum); ``None`` means the exact loss.
+    regression_weight (`float`, defaults to 1.0): ``λ`` in ``L = L_cls + λ·L_reg``.
+    regression_gate_alpha (`float`, defaults to 0.0): ``α`` in ``gate = α + (1-α)·P_<NUM>``.
+    detach_regression_gate (`bool`, defaults to True): stop gradients through the gate.
+    numeric_embedding_init_std (`float`, defaults to 0.02): std of ``w_num`` before it is normalised to unit length.
+    """
+
+    model_type = "causal_qwen"
+
+    causal_size: int | None = None
+    num_token_id: int = 151665
+    initial_scale: float = 10.0
+    noise_init: float = 0.1
+    noise_mode: str = "constant"
+    ovr_threshold: float = 100.0
+    ovr_threshold_kind: str = "scalar"
+    learnable_threshold: bool = False
+    ovr_reduction: str = "sum"
+    ovr_loss_implementation: str = "fused"
+    ovr_chunk_size: int = 8192
+    ovr_negatives: int | None = None
+    regression_weight: float = 1.0
+    regression_gate_alpha: float = 0.0
+    detach_regression_gate: bool = True
+    numeric_embedding_init_std: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.causal_size is None:
+            self.causal_size = self.hidden_size
+        self._check_causal_settings()
+
+    def _check_causal_settings(self) -> None:
+        def positive(name: str) -> None:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"CausalQwenConfig.{name} must be a finite positive number, got {value!r}")
+
+        def one_of(name: str, allowed: tuple[str, ...]) -> None:
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"CausalQwenConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+        positive("causal_size")
+        positive("initial_scale")
+        positive("ovr_chunk_size")
+        positive("numeric_embedding_init_std")
+        one_of("noise_mode", NOISE_MODES)
+        one_of("ovr_reduction", OVR_REDUCTIONS)
+        one_of("ovr_loss_implementation", OVR_LOSS_IMPLEMENTATIONS)
+        one_of("ovr_threshold_kind", THRESHOLD_KINDS)
+        if not (math.isfinite(self.noise_init) and self.noise_init >= 0):
+            raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
+        if not math.isfinite(self.ovr_threshold):
+            raise ValueError(f"CausalQwenConfig.ovr_threshold must be finite, got {self.ovr_threshold!r}")
+        if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):
+            raise ValueError(f"CausalQwenConfig.regression_weight must be >= 0, got {self.regression_weight!r}")
+        if not 0.0 <= self.regression_gate_alpha <= 1.0:
+            raise ValueError(
+                f"CausalQwenConfig.regression_gate_alpha must lie in [0, 1], got {self.regression_gate_alpha!r}"
+            )
+        if not 0 <= self.num_token_id < self.vocab_size:
+            raise ValueError(
+                f"CausalQwenConfig.num_token_id={self.num_token_id} lies outside the vocabulary of {self.vocab_size} rows"
+            )
+        if self.ovr_negatives is not None and not (isinstance(self.ovr_negatives, int) and self.ovr_negatives > 0):
+            raise ValueError(f"CausalQwenConfig.ovr_negatives must be a positive int or None, got {self.ovr_negatives!r}")

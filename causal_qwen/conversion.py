@@ -1,0 +1,152 @@
+"""Loading Qwen2 bases and converting them to CausalQwen with the initialisation of DESIGN §4.
+
+| part                                   | initial value                                   |
+|----------------------------------------|-------------------------------------------------|
+| embed_tokens, transformer, final norm  | Qwen's (the backbone module is taken over)      |
+| <NUM>                                  | first reserved slot (151665), else one new row  |
+| w_num                                  | N(0, std²), normalised to unit length           |
+| W_loc, b_loc / W_scale, b_scale        | identity, 0 / 0, softplus⁻¹(γ0)                 |
+| W_cls, b_cls                           | a clone of Qwen's lm_head, 0                    |
+| W_reg, b_reg / b_noise / C_ovr         | N(0, 1/C), 0 / noise_init / ovr_threshold       |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import Qwen2ForCausalLM
+
+from . import presets
+from .configuration import CausalQwenConfig
+
+if TYPE_CHECKING:
+    from .modeling import CausalQwenForCausalLM
+
+logger = logging.getLogger(__name__)
+
+QWEN25_NUM_SLOT = 151665
+QWEN_MODEL_TYPES = ("qwen2",)
+# Keys of a Qwen2 config dict that describe the checkpoint, not the architecture.
+_NON_ARCHITECTURE_KEYS = ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
+
+
+def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | None = None, dtype=None) -> Qwen2ForCausalLM:
+    """A ``Qwen2ForCausalLM`` from a model object, a ``random:*`` preset, a local folder, a ``.gguf`` file or a hub id."""
+    if isinstance(base, Qwen2ForCausalLM):
+        return base
+    if not isinstance(base, (str, os.PathLike)):
+        raise TypeError(f"base must be a Qwen2ForCausalLM, a preset name or a path, got {type(base).__name__}")
+    name = os.fspath(base)
+    if presets.is_preset(name):
+        return presets.build_preset(name, dtype=dtype)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    path = Path(name)
+    if path.is_file() and path.suffix == ".gguf":
+        return Qwen2ForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    if gguf_file is not None:
+        return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
+    if path.is_dir():
+        check_qwen_folder(path)
+        return Qwen2ForCausalLM.from_pretrained(str(path), **kwargs)
+    if path.exists():
+        raise ValueError(f"base {name!r} is a file but not a .gguf model")
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        raise ValueError(
+            f"unknown base {name!r}: not a preset ({', '.join(presets.preset_names())}), not an existing folder "
+            "or .gguf file, and not a hub id of the form 'owner/name'"
+        )
+    try:
+        return Qwen2ForCausalLM.from_pretrained(name, **kwargs)
+    except OSError as error:
+        raise ValueError(f"cannot load base {name!r} from the model hub: {error}") from error
+
+
+def check_qwen_folder(path: Path) -> None:
+    """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"folder {str(path)!r} holds no Qwen2 model: config.json is missing")
+    try:
+        model_type = json.loads(config_file.read_text()).get("model_type")
+    except json.JSONDecodeError as error:
+        raise ValueError(f"folder {str(path)!r}: config.json is not valid JSON ({error})") from error
+    if model_type not in QWEN_MODEL_TYPES:
+        raise ValueError(f"folder {str(path)!r} holds a {model_type!r} model, not a Qwen2 model")
+
+
+def default_num_token_id(vocab_rows: int) -> int:
+    """The first reserved slot of Qwen2.5 (151665) when the embedding has it; else a new row at the end."""
+    return QWEN25_NUM_SLOT if vocab_rows > QWEN25_NUM_SLOT else vocab_rows
+
+
+def causal_config_from(base_config, **overrides) -> CausalQwenConfig:
+    """A `CausalQwenConfig` carrying the base's architecture plus ``overrides``; never tied."""
+    fields = {k: v for k, v in base_config.to_dict().items() if k not in _NON_ARCHITECTURE_KEYS}
+    fields["tie_word_embeddings"] = False
+    fields.update(overrides)
+    return CausalQwenConfig(**fields)
+
+
+def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) -> "CausalQwenForCausalLM":
+    """Build ``model_class`` from a Qwen2 base (see `load_qwen_base`) following DESIGN §4.
+
+    The base's backbone module is reused, not copied; the classification head is a clone of ``lm_head``.
+    ``overrides``: `CausalQwenConfig` fields, plus ``gguf_file`` and ``dtype`` for loading.
+    """
+    gguf_file = overrides.pop("gguf_file", None)
+    dtype = overrides.pop("dtype", None)
+    qwen = load_qwen_base(base, gguf_file=gguf_file, dtype=dtype)
+    vocab_rows = qwen.model.embed_tokens.num_embeddings
+    num_token_id = overrides.pop("num_token_id", None)
+    if num_token_id is None:
+        num_token_id = default_num_token_id(vocab_rows)
+    grows = num_token_id >= vocab_rows
+    if grows:
+        if num_token_id != vocab_rows:
+            raise ValueError(f"num_token_id={num_token_id} is beyond the next free row {vocab_rows}")
+        logger.warning("base has no reserved slot for <NUM>: the vocabulary grows by one row to %d", vocab_rows + 1)
+
+    config = causal_config_from(qwen.config, num_token_id=num_token_id, vocab_size=vocab_rows + int(grows), **overrides)
+    generator = torch.Generator().manual_seed(config.seed if hasattr(config, "seed") else 0)
+    parameter_dtype = qwen.model.embed_tokens.weight.dtype
+    device = qwen.model.embed_tokens.weight.device
+
+    with torch.device("meta"):
+        model = model_class(config)
+    model.model = qwen.model  # the backbone itself: identical features by construction
+    model.numeric_embedding.to_empty(device=device)
+    model.abduction.to_empty(device=device)
+    model.action.to_empty(device=device)
+    model.ovr_thresholds.to_empty(device=device)
+    model.numeric_embedding.reset_parameters(config.numeric_embedding_init_std, generator=generator)
+    model.abduction.reset_parameters(config.initial_scale)
+    model.action.reset_parameters(config.noise_init, config.noise_mode, generator=generator)
+    model.ovr_thresholds.reset_parameters(config.ovr_threshold)
+    with torch.no_grad():
+        head = model.action.classification_head
+        head.weight[:vocab_rows].copy_(qwen.lm_head.weight)  # a clone, never a tie
+        head.bias.zero_()
+        if grows:
+            _grow_embedding_by_one(model, qwen)
+            head.weight[vocab_rows].copy_(qwen.lm_head.weight.mean(dim=0))
+    model.to(dtype=parameter_dtype)
+    model.config.dtype = parameter_dtype
+    model.generation_config = qwen.generation_config
+    model.config._name_or_path = getattr(qwen.config, "_name_or_path", "")
+    return model.eval()
+
+
+def _grow_embedding_by_one(model, qwen: Qwen2ForCausalLM) -> None:
+    """Append one embedding row for ``<NUM>``, initialised to the mean embedding."""
+    old = qwen.model.embed_tokens.weight  # (V,H)
+    grown = torch.nn.Embedding(old.shape[0] + 1, old.shape[1], dtype=old.dtype, device=old.device)
+    with torch.no_grad():
+        grown.weight[:-1].copy_(old)
+        grown.weight[-1].copy_(old.mean(dim=0))
+    model.model.embed_tokens = grown
+    model.model.vocab_size = old.shape[0] + 1

@@ -1,0 +1,129 @@
+"""The causal modules on top of Qwen's features (DESIGN §2, §4).
+
+Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary rows.
+
+    e       = embed_tokens(ids) + phi(v)            phi(v) = sign(v)·ln(1+|v|)·w_num       (B,S,H)
+    loc_U   = W_loc z + b_loc                                                              (B,S,C)
+    scale_U = softplus(W_scale z + b_scale)                                                (B,S,C)
+    s       = scale_U + |b_noise|                                                          (B,S,C)
+    loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ                                (B,S,V)
+    loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ                                (B,S)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from transformers import initialization as init
+
+from . import cauchy
+
+# The reset methods below write through `transformers.initialization`, whose functions skip tensors that
+# `from_pretrained` has already filled, so loading a checkpoint never overwrites loaded weights.
+
+
+def symlog(values: Tensor) -> Tensor:
+    """``sign(v)·ln(1 + |v|)``: compresses magnitudes, keeps the sign, ``symlog(0) = 0``."""
+    return torch.sign(values) * torch.log1p(values.abs())
+
+
+class NumericEmbedding(nn.Module):
+    """``phi(v) = symlog(v)·w_num`` with a learnable direction ``w_num`` (H,), unit length at init."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.direction = nn.Parameter(torch.zeros(hidden_size))  # (H,)
+
+    def reset_parameters(self, init_std: float, generator: torch.Generator | None = None) -> None:
+        draw = torch.randn(self.direction.shape, generator=generator, dtype=torch.float32) * init_std  # (H,)
+        init.copy_(self.direction, draw / draw.norm())
+
+    def forward(self, numeric_values: Tensor) -> Tensor:
+        # numeric_values: (B,S) -> (B,S,H)
+        return symlog(numeric_values).unsqueeze(-1).to(self.direction.dtype) * self.direction
+
+
+class AbductionNetwork(nn.Module):
+    """Infers ``U ~ Cauchy(loc_U, scale_U)`` from features: ``loc_U = W_loc z + b_loc``,
+    ``scale_U = softplus(W_scale z + b_scale)``."""
+
+    def __init__(self, hidden_size: int, causal_size: int) -> None:
+        super().__init__()
+        self.loc_net = nn.Linear(hidden_size, causal_size)
+        self.scale_net = nn.Linear(hidden_size, causal_size)
+
+    def reset_parameters(self, initial_scale: float) -> None:
+        """Identity location map (``loc_U = z``) and constant ``scale_U = initial_scale``."""
+        causal_size, hidden_size = self.loc_net.weight.shape
+        init.copy_(self.loc_net.weight, torch.eye(causal_size, hidden_size))  # (C,H)
+        init.zeros_(self.loc_net.bias)
+        init.zeros_(self.scale_net.weight)
+        init.constant_(self.scale_net.bias, cauchy.inverse_softplus(initial_scale))
+
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        # features: (B,S,H) -> loc_U, scale_U: (B,S,C)
+        loc_U = self.loc_net(features)
+        scale_U = F.softplus(self.scale_net(features))
+        return loc_U, scale_U
+
+
+class OvrThresholds(nn.Module):
+    """One-vs-Rest decision thresholds ``C``: a scalar or one per vocabulary id, a buffer or a parameter."""
+
+    def __init__(self, vocab_size: int, per_token: bool, learnable: bool) -> None:
+        super().__init__()
+        values = torch.zeros(vocab_size if per_token else ())  # (V,) or ()
+        if learnable:
+            self.values = nn.Parameter(values)
+        else:
+            self.register_buffer("values", values)
+
+    def reset_parameters(self, initial_value: float) -> None:
+        init.constant_(self.values, initial_value)
+
+    def forward(self) -> Tensor:
+        return self.values
+
+
+class ActionNetwork(nn.Module):
+    """Maps the individual ``U`` plus exogenous noise ``Cauchy(0, |b_noise|)`` linearly to decisions.
+
+    Classification: ``S = W_cls U + b_cls`` (V OvR scores); regression: ``Y = W_reg U + b_reg``.
+    """
+
+    def __init__(self, causal_size: int, vocab_size: int) -> None:
+        super().__init__()
+        self.classification_head = nn.Linear(causal_size, vocab_size)
+        self.regression_head = nn.Linear(causal_size, 1)
+        self.b_noise = nn.Parameter(torch.zeros(causal_size))  # (C,)
+
+    def reset_parameters(self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None) -> None:
+        """Regression head ``N(0, 1/C)`` with zero bias; ``b_noise`` by mode. (The classification head is set
+        by the conversion from Qwen's ``lm_head``.)"""
+        causal_size = self.b_noise.numel()
+        draw = torch.randn(self.regression_head.weight.shape, generator=generator) / causal_size**0.5  # (1,C)
+        init.copy_(self.regression_head.weight, draw)
+        init.zeros_(self.regression_head.bias)
+        if noise_mode == "constant":
+            init.constant_(self.b_noise, noise_init)
+        elif noise_mode == "uniform":
+            init.copy_(self.b_noise, torch.rand(causal_size, generator=generator) * 2 * noise_init)
+        else:
+            init.zeros_(self.b_noise)
+
+    def decision_scale(self, scale_U: Tensor) -> Tensor:
+        """``s = scale_U + |b_noise|`` (B,S,C): the scale of ``U + ε`` before the linear maps."""
+        return scale_U + self.b_noise.abs()
+
+    def classify(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
+        """``loc_S = W_cls loc_U + b_cls``, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ``: (B,S,V) each."""
+        head = self.classification_head
+        return cauchy.linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+
+    def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
+        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ``: (B,S) each."""
+        head = self.regression_head
+        loc_Y, scale_Y = cauchy.linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        return loc_Y.squeeze(-1), scale_Y.squeeze(-1)

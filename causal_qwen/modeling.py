@@ -1,0 +1,307 @@
+"""`CausalQwenForCausalLM`: Qwen2's backbone with numeric embedding, abduction and action heads.
+
+Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary rows, N positions with a target.
+
+    e       = embed_tokens(input_ids) + phi(numeric_values)                                  (B,S,H)
+    z       = Qwen2Model(inputs_embeds=e).last_hidden_state                                   (B,S,H)
+    U       ~ Cauchy(loc_U, scale_U) = abduction(z)                                           (B,S,C)
+    S_k     ~ Cauchy(loc_S, scale_S),  Y ~ Cauchy(loc_Y, scale_Y)                              (B,S,V), (B,S)
+
+The backbone keeps Qwen's attribute names (``model.*``), so Qwen checkpoints load without renaming.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import GenerationMixin, Qwen2Model
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
+
+from . import cauchy, losses
+from .configuration import CausalQwenConfig
+from .heads import AbductionNetwork, ActionNetwork, NumericEmbedding, OvrThresholds
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CausalQwenOutput(ModelOutput):
+    """Everything one forward pass decides.
+
+    loss: () ``cls_loss + λ·reg_loss`` when ``labels`` are given; cls_loss, reg_loss: () its parts.
+    num_targets: () number of ``<NUM>`` targets the regression term averaged over.
+    logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions.
+    loc_S, scale_S: (B,S',V) OvR decision scores; loc_Y, scale_Y: (B,S') number regression.
+    loc_U, scale_U: (B,S',C) individual representation; features: (B,S',H) the backbone's last hidden state ``z``.
+    """
+
+    loss: Tensor | None = None
+    cls_loss: Tensor | None = None
+    reg_loss: Tensor | None = None
+    num_targets: Tensor | None = None
+    logits: Tensor | None = None
+    loc_S: Tensor | None = None
+    scale_S: Tensor | None = None
+    loc_Y: Tensor | None = None
+    scale_Y: Tensor | None = None
+    loc_U: Tensor | None = None
+    scale_U: Tensor | None = None
+    features: Tensor | None = None
+    past_key_values: Cache | None = None
+
+
+class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
+    config_class = CausalQwenConfig
+    config: CausalQwenConfig
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        """Qwen's init for the backbone; DESIGN §4 for the causal modules (the classification head gets
+        Qwen's normal init here and ``lm_head``'s values in ``from_qwen``)."""
+        config = self.config
+        if isinstance(module, NumericEmbedding):
+            module.reset_parameters(config.numeric_embedding_init_std)
+        elif isinstance(module, AbductionNetwork):
+            module.reset_parameters(config.initial_scale)
+        elif isinstance(module, ActionNetwork):
+            module.reset_parameters(config.noise_init, config.noise_mode)
+        elif isinstance(module, OvrThresholds):
+            module.reset_parameters(config.ovr_threshold)
+        elif isinstance(module, torch.nn.Linear) and module.out_features == config.vocab_size:
+            super()._init_weights(module)
+        elif not _belongs_to_causal_modules(self, module):
+            super()._init_weights(module)
+
+
+def _belongs_to_causal_modules(model: torch.nn.Module, module: torch.nn.Module) -> bool:
+    for owner in (getattr(model, "abduction", None), getattr(model, "action", None)):
+        if owner is not None and any(module is child for child in owner.modules()):
+            return True
+    return False
+
+
+class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
+    """Qwen2 backbone (``self.model``) + numeric embedding + abduction + action + OvR thresholds."""
+
+    _tied_weights_keys = None
+
+    def __init__(self, config: CausalQwenConfig) -> None:
+        super().__init__(config)
+        self.model = Qwen2Model(config)
+        self.numeric_embedding = NumericEmbedding(config.hidden_size)
+        self.abduction = AbductionNetwork(config.hidden_size, config.causal_size)
+        self.action = ActionNetwork(config.causal_size, config.vocab_size)
+        self.ovr_thresholds = OvrThresholds(
+            config.vocab_size,
+            per_token=config.ovr_threshold_kind == "per_token",
+            learnable=config.learnable_threshold,
+        )
+        self.post_init()
+
+    # ---- Hugging Face plumbing -------------------------------------------------------------------------
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: torch.nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> torch.nn.Linear:
+        return self.action.classification_head
+
+    @classmethod
+    def from_qwen(cls, base, **overrides) -> "CausalQwenForCausalLM":
+        """Convert a Qwen2 base (a ``Qwen2ForCausalLM``, hub id, local folder, ``.gguf`` file or ``random:*``
+        preset) with the initialisation of DESIGN §4. ``overrides`` set `CausalQwenConfig` fields;
+        ``gguf_file=`` and ``dtype=`` are passed to the loader."""
+        from .conversion import convert_qwen
+
+        return convert_qwen(cls, base, **overrides)
+
+    # ---- forward -------------------------------------------------------------------------------------------
+    def embed(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor:
+        """``e = embed_tokens(ids) + phi(v)``: (B,S) → (B,S,H). ``phi(0) = 0`` keeps text positions exact."""
+        token_embeddings = self.model.embed_tokens(input_ids)  # (B,S,H)
+        if numeric_values is None:
+            return token_embeddings
+        return token_embeddings + self.numeric_embedding(numeric_values).to(token_embeddings.dtype)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        numeric_values: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | Tensor = 0,
+        return_scores: bool | None = None,
+        **kwargs,
+    ) -> CausalQwenOutput:
+        """Run the backbone and the causal heads.
+
+        ``numeric_values`` (B,S) holds each ``<NUM>``'s value and 0 elsewhere (None: all 0).
+        ``labels`` (B,S), unshifted, ``-100`` ignored: the loss of DESIGN §5 is returned with its parts.
+        ``logits_to_keep``: as in Qwen, evaluate the heads on the last k positions only (0 = all).
+        ``return_scores``: build the (B,S,V) ``loc_S``/``scale_S``; by default yes, except when ``labels`` are
+        given and the fused loss is used (training never needs them).
+        """
+        if inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("forward needs input_ids or inputs_embeds")
+            numeric_values = self._checked_numeric_values(input_ids, numeric_values)
+            inputs_embeds = self.embed(input_ids, numeric_values)
+        elif numeric_values is None and labels is not None:
+            raise ValueError("with inputs_embeds and labels, pass numeric_values too (the regression targets)")
+        if attention_mask is not None and attention_mask.shape != inputs_embeds.shape[:2]:
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}, expected {tuple(inputs_embeds.shape[:2])}"
+            )
+        if labels is not None and labels.shape != inputs_embeds.shape[:2]:
+            raise ValueError(f"labels has shape {tuple(labels.shape)}, expected {tuple(inputs_embeds.shape[:2])}")
+
+        backbone_out = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        features = backbone_out.last_hidden_state  # (B,S,H)
+        loc_U, scale_U = self.abduction(features)  # (B,S,C) each
+
+        output = CausalQwenOutput(past_key_values=backbone_out.past_key_values)
+        if labels is not None:
+            assert numeric_values is not None
+            self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask)
+
+        if return_scores is None:
+            return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
+        kept = _keep_positions(logits_to_keep)
+        features, loc_U, scale_U = features[:, kept], loc_U[:, kept], scale_U[:, kept]
+        output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
+        output.loc_Y, output.scale_Y = self.action.regress(loc_U, scale_U)  # (B,S') each
+        if return_scores:
+            output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
+            output.logits = output.loc_S
+        return output
+
+    def _checked_numeric_values(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
+        if numeric_values is None:
+            return None
+        if not isinstance(numeric_values, Tensor):
+            raise TypeError(f"numeric_values must be a torch.Tensor, got {type(numeric_values).__name__}")
+        if numeric_values.shape != input_ids.shape:
+            raise ValueError(
+                f"numeric_values has shape {tuple(numeric_values.shape)} but input_ids has {tuple(input_ids.shape)}"
+            )
+        if not numeric_values.is_floating_point():
+            numeric_values = numeric_values.float()
+        if not torch.isfinite(numeric_values).all():
+            raise ValueError("numeric_values holds a non-finite value (inf or NaN)")
+        stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
+        if stray.any():
+            where = tuple(stray.nonzero()[0].tolist())
+            raise ValueError(
+                f"numeric_values is non-zero at position {where}, which is not a <NUM> token "
+                f"(id {self.config.num_token_id})"
+            )
+        return numeric_values
+
+    def _add_loss(
+        self,
+        output: CausalQwenOutput,
+        loc_U: Tensor,
+        scale_U: Tensor,
+        labels: Tensor,
+        numeric_values: Tensor,
+        attention_mask: Tensor | None,
+    ) -> None:
+        """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (DESIGN §5)."""
+        config = self.config
+        targets = losses.shift_targets(labels, numeric_values, attention_mask)
+        causal_size = loc_U.shape[-1]
+        loc_U = loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
+        scale_U = scale_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
+        decision_scale = self.action.decision_scale(scale_U)  # (N,C)
+        num_positions = max(int(targets.positions.numel()), 1)
+        position_weight = 1.0 / num_positions
+        if config.ovr_reduction == "mean":
+            position_weight /= config.vocab_size
+
+        cls_loss, p_num = self.classification_loss(loc_U, decision_scale, targets.token_ids, position_weight)
+
+        loc_Y, scale_Y = self.action.regress(loc_U, scale_U)  # (N,) each
+        is_number = targets.token_ids == config.num_token_id  # (N,)
+        reg_loss = losses.gated_regression_loss(
+            loc_Y.float(),
+            scale_Y.float(),
+            targets.values,
+            is_number,
+            p_num.float(),
+            alpha=config.regression_gate_alpha,
+            detach_gate=config.detach_regression_gate,
+        )
+        output.cls_loss = cls_loss
+        output.reg_loss = reg_loss
+        output.num_targets = is_number.sum()
+        output.loss = cls_loss + config.regression_weight * reg_loss
+
+    def classification_loss(
+        self, loc_U: Tensor, decision_scale: Tensor, target_ids: Tensor, position_weight: float
+    ) -> tuple[Tensor, Tensor]:
+        """``Σ_i w·Σ_k BCE_ik`` over the N target positions, and ``P_<NUM>`` per position (N,).
+
+        loc_U, decision_scale: (N,C); target_ids: (N,)
+        """
+        head = self.action.classification_head
+        threshold = self.ovr_thresholds()
+        num_id = self.config.num_token_id
+        if self.config.ovr_loss_implementation == "fused":
+            from . import fused_ovr
+
+            return fused_ovr.model_classification_loss(
+                loc_U,
+                decision_scale,
+                head.weight,
+                head.bias,
+                threshold,
+                target_ids,
+                position_weight=position_weight,
+                num_token_id=num_id,
+                chunk_size=self.config.ovr_chunk_size,
+                negatives=self.config.ovr_negatives if self.training else None,
+            )
+        loc_S, scale_S = cauchy.linear_transform(loc_U, decision_scale, head.weight, head.bias)  # (N,V) each
+        per_position = losses.ovr_bce_per_position(loc_S.float(), scale_S.float(), threshold.float(), target_ids)
+        p_num_threshold = threshold if threshold.dim() == 0 else threshold[num_id]
+        p_num = cauchy.ovr_probability(loc_S[:, num_id], scale_S[:, num_id], p_num_threshold)  # (N,)
+        return per_position.sum() * position_weight, p_num
+
+    def ovr_probabilities(self, loc_S: Tensor, scale_S: Tensor) -> Tensor:
+        """``P_k = P(S_k > C_k)`` for scores from this model: (...,V) → (...,V)."""
+        return cauchy.ovr_probability(loc_S, scale_S, self.ovr_thresholds())
+
+    def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):
+        """Lets ``GenerationMixin.generate`` drive the model as a plain causal LM on ``loc_S`` (traditional mode):
+        ``numeric_values`` given for the prompt are sliced like ``input_ids``; generated positions get 0."""
+        model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        step_ids = model_inputs.get("input_ids")
+        if numeric_values is not None and step_ids is not None:
+            padded = torch.zeros_like(input_ids, dtype=numeric_values.dtype)
+            width = min(numeric_values.shape[1], input_ids.shape[1])
+            padded[:, :width] = numeric_values[:, :width]
+            model_inputs["numeric_values"] = padded[:, -step_ids.shape[1] :]
+        return model_inputs
+
+
+def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:
+    if isinstance(logits_to_keep, int):
+        return slice(-logits_to_keep, None) if logits_to_keep > 0 else slice(None)
+    return logits_to_keep

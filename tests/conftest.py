@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny random Qwen2 bases (tied and untied) and their conversions."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+SMALL_VOCAB = 512
+SMALL_NUM_ID = 500
+
+
+def small_qwen_config(tied: bool = True, vocab_size: int = SMALL_VOCAB, hidden_size: int = 32) -> Qwen2Config:
+    """A 2-layer width-32 Qwen2 (as litgpt/transformers' own parity tests use)."""
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=tied,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+
+
+def small_qwen(tied: bool = True, seed: int = 0, **config_kwargs) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(small_qwen_config(tied=tied, **config_kwargs)).eval()
+
+
+@pytest.fixture(params=[True, False], ids=["tied", "untied"])
+def small_base(request) -> Qwen2ForCausalLM:
+    return small_qwen(tied=request.param)

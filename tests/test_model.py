@@ -1,0 +1,188 @@
+"""CausalQwenForCausalLM: exact conversion, forward outputs, save/load, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM, cauchy
+from causal_qwen.conversion import load_qwen_base
+
+from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
+
+
+def convert(base, **overrides) -> CausalQwenForCausalLM:
+    overrides.setdefault("num_token_id", SMALL_NUM_ID)
+    return CausalQwenForCausalLM.from_qwen(base, **overrides)
+
+
+def random_ids(batch=2, length=10, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, SMALL_NUM_ID, (batch, length), generator=generator)
+
+
+@torch.no_grad()
+def test_conversion_reproduces_qwen_exactly(small_base):
+    reference = small_qwen(tied=small_base.config.tie_word_embeddings)
+    model = convert(small_base)
+    ids = random_ids()
+    qwen_out = reference(ids, output_hidden_states=True)
+    out = model(ids)
+    assert torch.equal(out.features, qwen_out.hidden_states[-1])
+    assert torch.equal(out.loc_U, out.features)
+    assert (out.loc_S - qwen_out.logits).abs().max() <= 1e-5
+    assert torch.equal(out.logits, out.loc_S)
+    assert (out.scale_U - 10.0).abs().max() <= 1e-5
+    assert out.loc_S.shape == (2, 10, SMALL_VOCAB) and out.loc_Y.shape == (2, 10)
+
+
+@torch.no_grad()
+def test_initialisation_table(small_base):
+    model = convert(small_base)
+    lm_head = small_qwen(tied=small_base.config.tie_word_embeddings).lm_head.weight
+    head = model.action.classification_head
+    assert torch.equal(head.weight, lm_head) and torch.all(head.bias == 0)
+    assert head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr(), "a clone, not a tie"
+    assert model.numeric_embedding.direction.norm().item() == pytest.approx(1.0, abs=1e-6)
+    assert torch.all(model.action.b_noise == 0.1)
+    assert model.ovr_thresholds().item() == 100.0
+    assert torch.equal(model.abduction.loc_net.weight, torch.eye(32))
+    reg_std = model.action.regression_head.weight.std().item()
+    assert 0.5 / 32**0.5 < reg_std < 2.0 / 32**0.5
+    assert model.config.tie_word_embeddings is False
+
+
+def test_scale_and_decision_formulas():
+    model = convert(small_qwen())
+    with torch.no_grad():
+        model.abduction.scale_net.weight.normal_(0, 0.1)
+        model.action.b_noise.uniform_(-0.3, 0.3)
+        out = model(random_ids())
+    s = out.scale_U + model.action.b_noise.abs()
+    w = model.action.classification_head.weight
+    torch.testing.assert_close(out.scale_S, s @ w.abs().T)
+    torch.testing.assert_close(out.loc_S, out.loc_U @ w.T + model.action.classification_head.bias)
+    w_reg = model.action.regression_head.weight
+    torch.testing.assert_close(out.scale_Y, (s @ w_reg.abs().T).squeeze(-1))
+
+
+def test_numeric_value_enters_embedding_only_at_num_positions():
+    model = convert(small_qwen())
+    ids = random_ids(1, 6)
+    ids[0, 3] = SMALL_NUM_ID
+    values = torch.zeros(1, 6)
+    values[0, 3] = 42.0
+    plain = model.embed(ids, None)
+    with_number = model.embed(ids, values)
+    assert torch.equal(plain[0, :3], with_number[0, :3])
+    expected = plain[0, 3] + torch.log1p(torch.tensor(42.0)) * model.numeric_embedding.direction
+    torch.testing.assert_close(with_number[0, 3], expected)
+
+
+def test_save_and_load_round_trip_with_auto_classes(tmp_path):
+    model = convert(small_qwen(tied=False), ovr_threshold_kind="per_token", learnable_threshold=True)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, CausalQwenConfig) and config.ovr_threshold_kind == "per_token"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(loaded, CausalQwenForCausalLM)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    ids = random_ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).loc_S, loaded(ids).loc_S, rtol=0, atol=0)
+
+
+def test_logits_to_keep_evaluates_heads_on_last_positions_only():
+    model = convert(small_qwen())
+    ids = random_ids()
+    with torch.no_grad():
+        full = model(ids)
+        last = model(ids, logits_to_keep=1)
+    assert last.loc_S.shape == (2, 1, SMALL_VOCAB)
+    torch.testing.assert_close(last.loc_S[:, 0], full.loc_S[:, -1])
+
+
+def test_vocabulary_grows_by_one_row_without_reserved_slot(caplog):
+    base = small_qwen()
+    with caplog.at_level("WARNING"):
+        model = CausalQwenForCausalLM.from_qwen(base)
+    assert "grows by one row" in caplog.text
+    assert model.config.num_token_id == SMALL_VOCAB and model.config.vocab_size == SMALL_VOCAB + 1
+    assert model.model.embed_tokens.weight.shape[0] == SMALL_VOCAB + 1
+    ids = random_ids()
+    with torch.no_grad():
+        out = model(ids)
+        torch.testing.assert_close(out.loc_S[..., :SMALL_VOCAB], small_qwen()(ids).logits, rtol=0, atol=1e-5)
+
+
+class TestBadInput:
+    def setup_method(self):
+        self.model = convert(small_qwen())
+        self.ids = random_ids(1, 5)
+        self.ids[0, 2] = SMALL_NUM_ID
+
+    def test_non_finite_numeric_value(self):
+        values = torch.zeros(1, 5)
+        values[0, 2] = float("nan")
+        with pytest.raises(ValueError, match="non-finite"):
+            self.model(self.ids, numeric_values=values)
+
+    def test_value_at_non_num_position(self):
+        values = torch.zeros(1, 5)
+        values[0, 1] = 3.0
+        with pytest.raises(ValueError, match=r"not a <NUM> token"):
+            self.model(self.ids, numeric_values=values)
+
+    def test_mismatched_shapes(self):
+        with pytest.raises(ValueError, match="numeric_values has shape"):
+            self.model(self.ids, numeric_values=torch.zeros(1, 4))
+        with pytest.raises(ValueError, match="attention_mask has shape"):
+            self.model(self.ids, attention_mask=torch.ones(2, 5))
+        with pytest.raises(ValueError, match="labels has shape"):
+            self.model(self.ids, labels=torch.zeros(1, 3, dtype=torch.long), numeric_values=torch.zeros(1, 5))
+
+    def test_numeric_values_wrong_type(self):
+        with pytest.raises(TypeError, match="numeric_values must be a torch.Tensor"):
+            self.model(self.ids, numeric_values=[0.0] * 5)
+
+    def test_bad_config_values(self):
+        with pytest.raises(ValueError, match="noise_mode"):
+            CausalQwenConfig(vocab_size=600, num_token_id=5, noise_mode="gaussian")
+        with pytest.raises(ValueError, match="initial_scale"):
+            CausalQwenConfig(vocab_size=600, num_token_id=5, initial_scale=-1.0)
+        with pytest.raises(ValueError, match="num_token_id"):
+            CausalQwenConfig(vocab_size=600, num_token_id=600)
+
+
+class TestBaseLoading:
+    def test_unknown_preset_lists_presets(self):
+        with pytest.raises(ValueError, match="random:tiny"):
+            load_qwen_base("random:huge")
+
+    def test_unknown_base(self):
+        with pytest.raises(ValueError, match="unknown base"):
+            load_qwen_base("no-such-thing")
+
+    def test_folder_without_model(self, tmp_path):
+        with pytest.raises(ValueError, match="holds no Qwen2 model"):
+            load_qwen_base(tmp_path)
+
+    def test_folder_with_other_model_type(self, tmp_path):
+        (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+        with pytest.raises(ValueError, match="not a Qwen2 model"):
+            load_qwen_base(tmp_path)
+
+    def test_wrong_type(self):
+        with pytest.raises(TypeError, match="base must be"):
+            load_qwen_base(3)
+
+    def test_local_folder_round_trip(self, tmp_path):
+        base = small_qwen(tied=False)
+        base.save_pretrained(tmp_path)
+        model = CausalQwenForCausalLM.from_qwen(str(tmp_path), num_token_id=SMALL_NUM_ID)
+        ids = random_ids()
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).loc_S, base(ids).logits, rtol=0, atol=1e-5)
