@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from . import presets
+from .conversion import check_qwen_folder
 
 
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
@@ -19,6 +20,8 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
     path = Path(os.fspath(base))
     if path.is_file() and path.suffix == ".gguf":
         return NumericTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if path.is_dir() and gguf_file is None:
+        check_qwen_folder(path)
     return NumericTokenizer.from_pretrained(os.fspath(base), gguf_file=gguf_file)
 
 
@@ -50,4 +53,15 @@ def load_model_and_tokenizer(model_dir: str | None = None, base: str | None = No
         check_causal_qwen_folder(path)
         model = CausalQwenForCausalLM.from_pretrained(model_dir)
         return model.eval(), NumericTokenizer.from_pretrained(model_dir)
-    return CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file), load_tokenizer_for_base(base, gguf_file)
+    return convert_base(base, gguf_file=gguf_file)
+
+
+def convert_base(base, gguf_file: str | None = None, **overrides):
+    """``(CausalQwenForCausalLM, NumericTokenizer)`` converted from a Qwen2 base, with ``<NUM>`` at the id the
+    tokenizer chose (its first reserved slot, or one new row), so model and tokenizer always agree."""
+    from .modeling import CausalQwenForCausalLM
+
+    tokenizer = load_tokenizer_for_base(base, gguf_file)
+    overrides.setdefault("num_token_id", tokenizer.num_token_id)
+    model = CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file, **overrides)
+    return model, tokenizer

@@ -8,8 +8,7 @@ import sys
 
 from ..compare import compare_models, format_report
 from ..conversion import load_qwen_base
-from ..loading import load_tokenizer_for_base
-from ..modeling import CausalQwenForCausalLM
+from ..loading import convert_base
 
 
 def register(subparsers) -> None:
@@ -36,8 +35,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     qwen = load_qwen_base(args.base, gguf_file=args.gguf_file)
-    causal = CausalQwenForCausalLM.from_qwen(load_qwen_base(args.base, gguf_file=args.gguf_file))
-    tokenizer = load_tokenizer_for_base(args.base, gguf_file=args.gguf_file)
+    causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file))
     kwargs = {"prompts": tuple(args.prompt)} if args.prompt else {}
     report = compare_models(qwen, causal, tokenizer, base_name=str(args.base), **kwargs)
     _add_generation_parity(report, qwen, causal, tokenizer)

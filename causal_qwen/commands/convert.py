@@ -8,8 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..loading import load_tokenizer_for_base
-from ..modeling import CausalQwenForCausalLM
+from ..loading import convert_base
 
 
 def register(subparsers) -> None:
@@ -30,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"output folder {str(out)!r} is not empty")
-    model = CausalQwenForCausalLM.from_qwen(args.base, gguf_file=args.gguf_file)
-    tokenizer = load_tokenizer_for_base(args.base, gguf_file=args.gguf_file)
+    model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
