@@ -66,8 +66,10 @@ def ovr_log_probs(loc: Tensor, scale: Tensor, threshold: Tensor | float) -> tupl
     distance = loc - threshold  # (...)
     p = torch.atan2(scale, -distance) / math.pi
     q = torch.atan2(scale, distance) / math.pi
-    log_p = torch.where(p < 0.5, torch.log(p), torch.log1p(-q))
-    log_q = torch.where(q < 0.5, torch.log(q), torch.log1p(-p))
+    p_is_small = p < 0.5
+    # Each branch sees a harmless stand-in (½) where it is not chosen, so backward never meets 0·inf.
+    log_p = torch.where(p_is_small, torch.log(p.where(p_is_small, 0.5)), torch.log1p(-q.where(~p_is_small, 0.5)))
+    log_q = torch.where(~p_is_small, torch.log(q.where(~p_is_small, 0.5)), torch.log1p(-p.where(p_is_small, 0.5)))
     return log_p, log_q
 
 

@@ -1,0 +1,145 @@
+"""Tokenized training examples and the collator that pads them into batches.
+
+Shape legend: B batch, S the longest example of the batch (times pad_to_multiple_of).
+
+Every example holds ``input_ids`` and ``numeric_values`` (a float per token: the value of a ``<NUM>``, 0
+elsewhere) of equal length. The collator pads them together into
+
+    input_ids (B,S) long    numeric_values (B,S) float    attention_mask (B,S) long    labels (B,S) long
+
+with ``labels = input_ids`` and ``-100`` at padding (unshifted: the model shifts).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from .data import Document
+from .losses import IGNORE_INDEX
+
+logger = logging.getLogger(__name__)
+
+MODEL_INPUT_KEYS = ("input_ids", "numeric_values", "attention_mask", "labels")
+
+
+class TokenizedDataset(Dataset):
+    """A list of ``{"input_ids": [...], "numeric_values": [...]}`` examples; yields model inputs only."""
+
+    def __init__(self, examples: list[dict[str, list]]) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, list]:
+        return self.examples[index]
+
+    def num_tokens(self) -> int:
+        return sum(len(example["input_ids"]) for example in self.examples)
+
+
+def tokenize_documents(
+    documents: Sequence[Document],
+    tokenizer: Any,
+    max_length: int,
+    add_eos: bool = True,
+    batch_size: int = 256,
+) -> TokenizedDataset:
+    """Tokenize with a `NumericTokenizer`, cut each document to ``max_length`` tokens (the end-of-text token
+    included when ``add_eos``) and drop documents with no token left."""
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
+    eos_id = getattr(tokenizer, "eos_token_id", None) if add_eos else None
+    if add_eos and eos_id is None:
+        raise ValueError("add_eos is set but the tokenizer has no eos_token_id")
+    budget = max_length - (1 if eos_id is not None else 0)
+    examples, truncated = [], 0
+    for start in range(0, len(documents), batch_size):
+        chunk = documents[start : start + batch_size]
+        encoded = tokenizer([doc.text for doc in chunk], padding=False, return_tensors=None)
+        for doc, ids, values in zip(chunk, encoded["input_ids"], encoded["numeric_values"]):
+            ids, values = _as_list(ids), [float(v) for v in _as_list(values)]
+            if len(ids) != len(values):
+                raise ValueError(
+                    f"{doc.source}: row {doc.row}: the tokenizer gave {len(ids)} ids but {len(values)} values"
+                )
+            if len(ids) > budget:
+                ids, values = ids[:budget], values[:budget]
+                truncated += 1
+            if eos_id is not None:
+                ids, values = ids + [int(eos_id)], values + [0.0]
+            if len(ids) >= 2:
+                examples.append({"input_ids": [int(i) for i in ids], "numeric_values": values})
+    if truncated:
+        logger.warning("%d of %d documents were cut to max_length=%d tokens", truncated, len(documents), max_length)
+    if not examples:
+        raise ValueError("the dataset is empty after tokenization (every document has fewer than 2 tokens)")
+    return TokenizedDataset(examples)
+
+
+def _as_list(values: Any) -> list:
+    return values.tolist() if isinstance(values, Tensor) else list(values)
+
+
+class NumericCollator:
+    """Pads ``input_ids``, ``numeric_values``, ``attention_mask`` and ``labels`` together.
+
+    pad_token_id: id written at padding (it never reaches the loss: labels are ``-100`` there).
+    padding_side: ``"right"`` for training; ``"left"`` for batched generation.
+    pad_to_multiple_of: round S up (tensor-core friendly lengths on GPUs).
+    """
+
+    def __init__(self, pad_token_id: int, padding_side: str = "right", pad_to_multiple_of: int | None = None) -> None:
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
+            raise ValueError(f"pad_to_multiple_of must be a positive int or None, got {pad_to_multiple_of!r}")
+        self.pad_token_id = int(pad_token_id)
+        self.padding_side = padding_side
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, Tensor]:
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        lengths = [self._check(i, feature) for i, feature in enumerate(features)]
+        width = max(lengths)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        batch = {
+            "input_ids": torch.full((len(features), width), self.pad_token_id, dtype=torch.long),  # (B,S)
+            "numeric_values": torch.zeros(len(features), width, dtype=torch.float32),  # (B,S)
+            "attention_mask": torch.zeros(len(features), width, dtype=torch.long),  # (B,S)
+            "labels": torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long),  # (B,S)
+        }
+        for row, (feature, length) in enumerate(zip(features, lengths)):
+            span = slice(0, length) if self.padding_side == "right" else slice(width - length, width)
+            ids = torch.as_tensor(feature["input_ids"], dtype=torch.long)
+            batch["input_ids"][row, span] = ids
+            batch["numeric_values"][row, span] = torch.as_tensor(feature["numeric_values"], dtype=torch.float32)
+            mask = feature.get("attention_mask")
+            batch["attention_mask"][row, span] = 1 if mask is None else torch.as_tensor(mask, dtype=torch.long)
+            labels = feature.get("labels")
+            labels = ids if labels is None else torch.as_tensor(labels, dtype=torch.long)
+            batch["labels"][row, span] = labels
+        batch["labels"][batch["attention_mask"] == 0] = IGNORE_INDEX
+        return batch
+
+    @staticmethod
+    def _check(index: int, feature: dict[str, Any]) -> int:
+        if not isinstance(feature, dict) or "input_ids" not in feature or "numeric_values" not in feature:
+            keys = sorted(feature) if isinstance(feature, dict) else type(feature).__name__
+            raise ValueError(f"batch example {index} needs 'input_ids' and 'numeric_values', got {keys}")
+        length = len(feature["input_ids"])
+        for key in ("numeric_values", "attention_mask", "labels"):
+            if feature.get(key) is not None and len(feature[key]) != length:
+                raise ValueError(
+                    f"batch example {index}: '{key}' has {len(feature[key])} entries but input_ids has {length}"
+                )
+        if length == 0:
+            raise ValueError(f"batch example {index} has no tokens")
+        return length

@@ -1,0 +1,62 @@
+"""``causal-qwen train CONFIG.yaml [--set key=value ...] [--resume]``: fine-tune with `transformers.Trainer`.
+
+Runs as it is under ``torchrun --nproc_per_node N`` and ``accelerate launch`` (one process per device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..train_config import load_train_config, valid_keys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="fine-tune a CausalQwen model on text with numbers (YAML config)",
+        description="Fine-tune on JSON Lines, plain text or CSV-with-template data as CONFIG says, with "
+        "transformers.Trainer: per-group learning rates, backbone freezing or LoRA, checkpoints, evaluation, "
+        "TensorBoard, OUTPUT_DIR/metrics.jsonl and OUTPUT_DIR/final. Runs unchanged under torchrun and "
+        "accelerate launch. Config keys: " + ", ".join(valid_keys()) + ".",
+    )
+    parser.add_argument("config", help="YAML file of settings (see examples/seattle_weather.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting (repeatable; VALUE is read as YAML): --set max_steps=60 "
+        "--set model_config.ovr_negatives=2048",
+    )
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CHECKPOINT",
+        help="continue from the last checkpoint in OUTPUT_DIR (or from the CHECKPOINT folder given)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..monitoring import read_metrics
+    from ..training import run_training
+
+    config = load_train_config(args.config, args.overrides)
+    result = run_training(config, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    steps = [r for r in read_metrics(result.metrics_file) if "loss" in r] if result.metrics_file.is_file() else []
+    print(f"trained {result.global_step} steps (mean loss {result.train_loss:.4g})")
+    if steps:
+        last = steps[-1]
+        parts = ", ".join(f"{key} {last[key]:.4g}" for key in ("loss", "cls_loss", "reg_loss") if key in last)
+        print(f"last logged step {last['step']}: {parts}")
+    print(f"metrics: {result.metrics_file}")
+    if result.adapter_dir is not None:
+        print(f"adapter: {result.adapter_dir}")
+    print(f"model:   {result.final_dir}")
+    return 0

@@ -1,0 +1,404 @@
+"""Training documents from JSON Lines, plain text and CSV tables; train/validation splits.
+
+A *document* is one training text plus where it came from (file and row, for error messages) and, when
+the data is split by a column, that row's value in the column.
+
+Sources (``DataSource.path``; ``vega:NAME`` names a file shipped with the ``vega-datasets`` package):
+
+- JSON Lines: one object per line; the text is the ``text_field`` value, or the ``template`` filled from
+  the object's fields.
+- Plain text: one document per non-empty line (``text_unit="line"``) or per blank-line-separated block
+  (``text_unit="block"``).
+- CSV / TSV: every row becomes a document through the ``template``, a Python format string with named
+  fields (``"On {date} Seattle saw {precipitation} mm of rain"``), or is read from a ``text_field`` column.
+
+Template fields that hold numbers (``numeric_fields``, or inferred: the fields whose values are mostly
+numbers) are checked on every row; a row with a non-numeric value there raises ``ValueError`` naming the
+file and row, or is skipped with a warning when ``skip_bad_rows`` is set.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import random
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("auto", "jsonl", "text", "csv")
+TEXT_UNITS = ("line", "block")
+VEGA_PREFIX = "vega:"
+_SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv"}
+
+
+@dataclass(frozen=True)
+class Document:
+    """One training text. ``row``: 1-based data row (JSONL/text: line number); ``split_value``: the row's
+    value in the split column, or None."""
+
+    text: str
+    source: str
+    row: int
+    split_value: Any = None
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """How to read one file into documents (see the module docstring)."""
+
+    path: str
+    format: str = "auto"
+    text_field: str = "text"
+    template: str | None = None
+    numeric_fields: Sequence[str] | None = None
+    skip_bad_rows: bool = False
+    text_unit: str = "line"
+    split_by: str | None = None
+
+
+class BadRow(ValueError):
+    """A row that cannot become a document; ``str()`` names the file and row."""
+
+
+# ---- locating files --------------------------------------------------------------------------------------
+def resolve_data_path(spec: str) -> Path:
+    """A local path, or ``vega:NAME`` for a file shipped with ``vega-datasets`` (``vega:seattle-weather.csv``)."""
+    if not isinstance(spec, str) or not spec:
+        raise TypeError(f"data path must be a non-empty string, got {spec!r}")
+    if spec.startswith(VEGA_PREFIX):
+        return vega_dataset_path(spec[len(VEGA_PREFIX) :])
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {spec!r} does not exist")
+    return path
+
+
+def vega_dataset_path(name: str) -> Path:
+    """Path of a file shipped inside the ``vega-datasets`` package (``.csv`` is appended when missing)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vega_datasets")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"data 'vega:{name}' needs the vega-datasets package (pip install vega-datasets)")
+    data_dir = Path(spec.origin).parent / "_data"
+    candidates = [data_dir / name] if Path(name).suffix else [data_dir / f"{name}.csv", data_dir / f"{name}.json"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    available = sorted(p.name for p in data_dir.glob("*") if p.is_file())
+    raise ValueError(f"vega-datasets ships no file {name!r}; available: {', '.join(available)}")
+
+
+def detect_format(path: Path, declared: str = "auto") -> str:
+    """``declared`` unless it is ``"auto"``; then by suffix (.jsonl/.json → jsonl, .csv/.tsv → csv, else text)."""
+    if declared not in FORMATS:
+        raise ValueError(f"data format must be one of {FORMATS}, got {declared!r}")
+    if declared != "auto":
+        return declared
+    return _SUFFIX_FORMATS.get(path.suffix.lower(), "text")
+
+
+# ---- templates -------------------------------------------------------------------------------------------
+def template_fields(template: str) -> list[str]:
+    """Named fields of a format string, in order of first use: ``"{a} and {b:.1f}"`` → ``["a", "b"]``."""
+    fields: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ValueError(f"template {template!r} is not a valid format string: {error}") from error
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        if name == "" or name.isdigit():
+            raise ValueError(f"template {template!r} uses a positional field '{{{name}}}'; name every field")
+        root = name.split(".")[0].split("[")[0]
+        if root not in fields:
+            fields.append(root)
+    if not fields:
+        raise ValueError(f"template {template!r} has no named field (e.g. '{{date}}')")
+    return fields
+
+
+def parse_number(value: Any) -> float | None:
+    """The finite float a cell holds, or None (empty, text, NaN, inf, bool)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        if "_" in text:  # float() accepts "1_000"; a data cell with it is text
+            return None
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+    return number if math.isfinite(number) else None
+
+
+def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> list[str]:
+    """Template fields whose non-empty values are mostly (more than half) numbers."""
+    numeric = []
+    for field in fields:
+        values = [row.get(field) for row in rows if row.get(field) not in (None, "")]
+        if values and sum(parse_number(v) is not None for v in values) * 2 > len(values):
+            numeric.append(field)
+    return numeric
+
+
+class TemplateRenderer:
+    """Fills ``template`` from a row, checking that ``numeric_fields`` hold numbers."""
+
+    def __init__(self, template: str, numeric_fields: Sequence[str]) -> None:
+        self.template = template
+        self.fields = template_fields(template)
+        unknown = [f for f in numeric_fields if f not in self.fields]
+        if unknown:
+            raise ValueError(f"numeric_fields {unknown} are not fields of the template {template!r}")
+        self.numeric_fields = list(numeric_fields)
+        self._formatted_fields = {
+            name.split(".")[0].split("[")[0]
+            for _, name, spec, _ in string.Formatter().parse(template)
+            if name is not None and spec
+        }
+
+    def render(self, row: dict[str, Any], where: str) -> str:
+        values = {}
+        for field in self.fields:
+            value = row.get(field)
+            if value is None or (isinstance(value, str) and not value.strip() and field in self.numeric_fields):
+                raise BadRow(f"{where}: template field '{field}' has no value")
+            if field in self.numeric_fields:
+                number = parse_number(value)
+                if number is None:
+                    raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number")
+                # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
+                value = number if field in self._formatted_fields else str(value).strip()
+            values[field] = value
+        try:
+            return self.template.format_map(values)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
+            raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
+
+
+# ---- readers ---------------------------------------------------------------------------------------------
+def read_documents(source: DataSource) -> list[Document]:
+    """All documents of one source; raises ``ValueError`` on a bad row (unless skipped) or when none are left."""
+    if source.text_unit not in TEXT_UNITS:
+        raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {source.text_unit!r}")
+    path = resolve_data_path(source.path)
+    data_format = detect_format(path, source.format)
+    if data_format == "text":
+        if source.template is not None or source.split_by is not None:
+            raise ValueError(f"{path}: plain text files have no fields; template and split_by need JSONL or CSV data")
+        documents = list(_read_text(path, source.text_unit))
+    else:
+        rows = _read_jsonl_rows(path, source.skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
+        documents = _rows_to_documents(path, rows, source, data_format)
+    if not documents:
+        raise ValueError(f"{path}: the dataset is empty (no documents were read)")
+    logger.info("read %d documents from %s", len(documents), path)
+    return documents
+
+
+def _read_text(path: Path, unit: str) -> Iterator[Document]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if unit == "line":
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                yield Document(text=line.strip(), source=str(path), row=number)
+        return
+    block: list[str] = []
+    start = 0
+    for number, line in enumerate(lines + [""], start=1):
+        if line.strip():
+            if not block:
+                start = number
+            block.append(line.rstrip())
+        elif block:
+            yield Document(text="\n".join(block).strip(), source=str(path), row=start)
+            block = []
+
+
+def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            message = None
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                message = f"{path}: line {number} is not valid JSON ({error})"
+            else:
+                if not isinstance(record, dict):
+                    message = f"{path}: line {number} is a JSON {type(record).__name__}, not an object"
+            if message is None:
+                rows.append((number, record))
+            elif skip_bad_rows:
+                logger.warning("skipping: %s", message)
+            else:
+                raise BadRow(message)
+    return rows
+
+
+def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        if reader.fieldnames is None:
+            return []
+        rows = []
+        for row in reader:
+            rows.append((reader.line_num, row))
+    return rows
+
+
+def _rows_to_documents(
+    path: Path, rows: list[tuple[int, dict[str, Any]]], source: DataSource, data_format: str
+) -> list[Document]:
+    is_csv = data_format == "csv"
+    columns = _csv_columns(path) if is_csv else None
+    renderer = None
+    if source.template is not None:
+        fields = template_fields(source.template)
+        if columns is not None:
+            _check_columns(path, columns, fields, what="template field")
+        numeric = (
+            list(source.numeric_fields)
+            if source.numeric_fields is not None
+            else infer_numeric_fields([row for _, row in rows], fields)
+        )
+        renderer = TemplateRenderer(source.template, numeric)
+        logger.info("%s: template fields %s, numeric %s", path, fields, numeric)
+    elif columns is not None:
+        _check_columns(path, columns, [source.text_field], what="text column (set a template or text_field)")
+    if source.split_by is not None and columns is not None:
+        _check_columns(path, columns, [source.split_by], what="split_by column")
+
+    documents, skipped = [], 0
+    for index, (line, row) in enumerate(rows, start=1):
+        where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: line {line}"
+        try:
+            text = renderer.render(row, where) if renderer is not None else _text_field(row, source.text_field, where)
+            split_value = _split_value(row, source.split_by, where)
+        except BadRow as error:
+            if not source.skip_bad_rows:
+                raise
+            skipped += 1
+            if skipped <= 5:
+                logger.warning("skipping: %s", error)
+            continue
+        documents.append(Document(text=text, source=str(path), row=index if is_csv else line, split_value=split_value))
+    if skipped:
+        logger.warning("%s: skipped %d bad rows of %d", path, skipped, len(rows))
+    return documents
+
+
+def _csv_columns(path: Path) -> list[str]:
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    with path.open(encoding="utf-8", newline="") as handle:
+        header = next(csv.reader(handle, delimiter=delimiter), None)
+    if header is None:
+        raise ValueError(f"{path}: the dataset is empty (no header row)")
+    return header
+
+
+def _check_columns(path: Path, columns: list[str], needed: list[str], what: str) -> None:
+    import difflib
+
+    for name in needed:
+        if name not in columns:
+            close = difflib.get_close_matches(name, columns, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(
+                f"{path}: row 0 (header): {what} '{name}' is not a column (columns: {', '.join(columns)}){hint}"
+            )
+
+
+def _text_field(row: dict[str, Any], field: str, where: str) -> str:
+    if field not in row:
+        raise BadRow(f"{where}: no '{field}' field (fields: {', '.join(map(str, row)) or 'none'})")
+    value = row[field]
+    if not isinstance(value, str):
+        raise BadRow(f"{where}: field '{field}' holds a {type(value).__name__}, not a string")
+    if not value.strip():
+        raise BadRow(f"{where}: field '{field}' is empty")
+    return value
+
+
+def _split_value(row: dict[str, Any], split_by: str | None, where: str) -> Any:
+    if split_by is None:
+        return None
+    value = row.get(split_by)
+    if value is None or value == "":
+        raise BadRow(f"{where}: split_by field '{split_by}' has no value")
+    return value
+
+
+# ---- splitting -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SplitSpec:
+    """Validation split: ``split_by`` + ``split_at`` (rows with value >= split_at validate), ``split_by`` +
+    ``fraction`` (the latest values, about that fraction of rows), or ``fraction`` alone (random rows)."""
+
+    fraction: float = 0.0
+    split_by: str | None = None
+    split_at: Any = None
+    seed: int = 0
+
+
+def split_documents(documents: list[Document], spec: SplitSpec) -> tuple[list[Document], list[Document]]:
+    """``(train, validation)``; validation is empty when no split is asked for."""
+    if not 0.0 <= spec.fraction < 1.0:
+        raise ValueError(f"validation_split must lie in [0, 1), got {spec.fraction!r}")
+    if spec.split_at is not None and spec.split_by is None:
+        raise ValueError("split_at needs split_by (the column to compare it with)")
+    if spec.split_by is not None:
+        train, validation = _split_by_value(documents, spec)
+    elif spec.fraction > 0:
+        order = list(range(len(documents)))
+        random.Random(spec.seed).shuffle(order)
+        cut = len(documents) - max(1, round(spec.fraction * len(documents)))
+        train = [documents[i] for i in sorted(order[:cut])]
+        validation = [documents[i] for i in sorted(order[cut:])]
+    else:
+        return documents, []
+    if not train:
+        raise ValueError(f"the split {_describe(spec)} leaves no training rows")
+    if not validation:
+        raise ValueError(f"the split {_describe(spec)} leaves no validation rows")
+    return train, validation
+
+
+def _split_by_value(documents: list[Document], spec: SplitSpec) -> tuple[list[Document], list[Document]]:
+    values = [doc.split_value for doc in documents]
+    numeric = all(parse_number(v) is not None for v in values) and (
+        spec.split_at is None or parse_number(spec.split_at) is not None
+    )
+    key = (lambda v: parse_number(v)) if numeric else (lambda v: str(v))
+    if spec.split_at is not None:
+        cut = key(spec.split_at)
+    elif spec.fraction > 0:
+        ordered = sorted(key(v) for v in values)
+        cut = ordered[min(len(ordered) - 1, round(len(ordered) * (1.0 - spec.fraction)))]
+    else:
+        raise ValueError(f"split_by '{spec.split_by}' needs split_at or validation_split > 0")
+    train = [doc for doc in documents if key(doc.split_value) < cut]
+    validation = [doc for doc in documents if key(doc.split_value) >= cut]
+    logger.info("split by %s at %r: %d train, %d validation rows", spec.split_by, cut, len(train), len(validation))
+    return train, validation
+
+
+def _describe(spec: SplitSpec) -> str:
+    if spec.split_by is not None:
+        at = f"split_at={spec.split_at!r}" if spec.split_at is not None else f"validation_split={spec.fraction}"
+        return f"(split_by='{spec.split_by}', {at})"
+    return f"(validation_split={spec.fraction})"

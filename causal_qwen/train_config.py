@@ -1,0 +1,299 @@
+"""`TrainConfig`: every setting of ``causal-qwen train``, read from YAML with ``--set key=value`` overrides.
+
+Keys are flat (``max_steps: 60``); ``model_config`` is a mapping of `CausalQwenConfig` fields used when the
+model is built (``--set model_config.ovr_negatives=2048``). A key that does not exist raises ``ValueError``
+naming the file and suggesting the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Accepted for the Hugging Face spellings users know; mapped to the key named here.
+ALIASES = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "per_device_train_batch_size": "batch_size",
+    "per_device_eval_batch_size": "eval_batch_size",
+}
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BF16_CHOICES = ("auto", True, False)
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run (see ``examples/seattle_weather.yaml`` for a commented example)."""
+
+    # ---- model ---------------------------------------------------------------------------------------------
+    model: str = "random:tiny"
+    """A converted CausalQwen folder, or a Qwen2 base converted on the fly (``random:*`` preset, Qwen folder,
+    ``.gguf`` file or hub id)."""
+    tokenizer: str | None = None
+    """Folder of a saved `NumericTokenizer`; default: the model folder's, or the offline Qwen2.5 one."""
+    model_config: dict = field(default_factory=dict)
+    """`CausalQwenConfig` fields set when the model is built, e.g. ``{ovr_negatives: 2048}``."""
+
+    # ---- data ----------------------------------------------------------------------------------------------
+    data: str | None = None
+    """Training file (.jsonl, .txt, .csv/.tsv), or ``vega:NAME`` for a file of the vega-datasets package."""
+    data_format: str = "auto"
+    text_field: str = "text"
+    template: str | None = None
+    """Format string with named fields turning a CSV/JSONL row into text: ``"On {date} it rained {rain} mm"``."""
+    numeric_fields: list | None = None
+    """Template fields that must hold numbers; default: the fields whose values are mostly numbers."""
+    skip_bad_rows: bool = False
+    text_unit: str = "line"
+    """Plain text: one document per ``line`` or per blank-line-separated ``block``."""
+    validation_data: str | None = None
+    validation_split: float = 0.0
+    """Fraction of rows (or, with ``split_by``, of the latest values) kept for validation."""
+    split_by: str | None = None
+    """Column to split on: rows with a value >= ``split_at`` validate (e.g. dates: train early, validate late)."""
+    split_at: Any = None
+    max_length: int = 512
+    add_eos: bool = True
+    max_eval_samples: int | None = None
+    """Evaluate on at most this many validation examples (the first ones)."""
+
+    # ---- output --------------------------------------------------------------------------------------------
+    output_dir: str = "runs/causal-qwen"
+    overwrite_output_dir: bool = False
+    """Start afresh in an ``output_dir`` that already holds checkpoints (they are deleted)."""
+
+    # ---- optimisation --------------------------------------------------------------------------------------
+    seed: int = 42
+    max_steps: int = -1
+    """Optimizer steps; -1: ``num_train_epochs`` decides."""
+    num_train_epochs: float = 1.0
+    batch_size: int = 8
+    """Examples per process and micro-step."""
+    eval_batch_size: int | None = None
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4
+    """Learning rate of the causal heads (abduction, action, learnable thresholds)."""
+    backbone_learning_rate: float = 1e-5
+    numeric_embedding_learning_rate: float | None = None
+    """Default: ``learning_rate``."""
+    lora_learning_rate: float | None = None
+    """Default: ``learning_rate``."""
+    weight_decay: float = 0.0
+    optim: str = "adamw_torch_fused"
+    lr_scheduler_type: str = "cosine"
+    warmup_steps: float = 0
+    """Warm-up steps (int), or a fraction of the run (float in [0, 1))."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping."""
+
+    # ---- what trains ---------------------------------------------------------------------------------------
+    freeze_backbone: bool = False
+    """Never update the Qwen2 backbone (embeddings, transformer, final norm)."""
+    freeze_backbone_steps: int = 0
+    """Keep the backbone (and LoRA adapters) fixed for the first N optimizer steps only."""
+    lora: bool = False
+    """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
+    lora_r: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: list = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+
+    # ---- hardware ------------------------------------------------------------------------------------------
+    activation_checkpointing: bool = False
+    bf16: Any = "auto"
+    """bf16 autocast: ``auto`` (on when a GPU supports it), true or false."""
+    ddp_backend: str | None = None
+    """Default: ``nccl`` on GPUs, ``gloo`` on CPUs."""
+    dataloader_num_workers: int = 0
+    use_cpu: bool = False
+
+    # ---- logging, evaluation, checkpoints ------------------------------------------------------------------
+    logging_steps: int = 10
+    eval_steps: int = 100
+    """Evaluate every N steps when there is validation data; 0 disables."""
+    save_steps: int = 100
+    """Write a checkpoint every N steps; 0 disables."""
+    save_total_limit: int | None = 2
+    """Keep the last K checkpoints."""
+    report_to: list = field(default_factory=lambda: ["tensorboard"])
+    progress_bar: bool = True
+    monitor_positions: int = 32
+    """Target positions per logged batch used for token accuracy and the OvR probability of the target
+    (each costs a (positions × V) score); 0 disables these two figures."""
+
+    # ---------------------------------------------------------------------------------------------------------
+    def validate(self, source: str = "config") -> "TrainConfig":
+        """Check every value's type and range; raises ``ValueError`` naming ``source`` and the key."""
+        hints = typing.get_type_hints(TrainConfig)
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, _coerce(source, item.name, getattr(self, item.name), hints[item.name]))
+
+        def need(condition: bool, key: str, message: str) -> None:
+            if not condition:
+                raise ValueError(f"{source}: {key} {message}, got {getattr(self, key)!r}")
+
+        need(self.data is not None, "data", "is required (a training file or vega:NAME)")
+        need(self.max_length >= 2, "max_length", "must be >= 2")
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(self.eval_batch_size is None or self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1")
+        need(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
+        need(self.max_steps == -1 or self.max_steps >= 1, "max_steps", "must be >= 1 or -1")
+        need(self.num_train_epochs > 0, "num_train_epochs", "must be > 0")
+        for key in ("learning_rate", "backbone_learning_rate", "numeric_embedding_learning_rate", "lora_learning_rate"):
+            value = getattr(self, key)
+            need(value is None or (math.isfinite(value) and value >= 0), key, "must be >= 0")
+        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        need(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0")
+        need(self.freeze_backbone_steps >= 0, "freeze_backbone_steps", "must be >= 0")
+        need(not (self.lora and self.freeze_backbone), "lora", "cannot be combined with freeze_backbone")
+        need(self.lora_r >= 1, "lora_r", "must be >= 1")
+        need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
+        need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
+        need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")
+        need(self.logging_steps >= 1, "logging_steps", "must be >= 1")
+        need(self.eval_steps >= 0, "eval_steps", "must be >= 0")
+        need(self.save_steps >= 0, "save_steps", "must be >= 0")
+        need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", "must be >= 1")
+        need(self.monitor_positions >= 0, "monitor_positions", "must be >= 0")
+        need(self.max_eval_samples is None or self.max_eval_samples >= 1, "max_eval_samples", "must be >= 1")
+        _check_model_config(source, self.model_config)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---- loading ---------------------------------------------------------------------------------------------
+def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Read ``path`` (YAML mapping; None: defaults only), apply ``key=value`` overrides, validate."""
+    values: dict[str, Any] = {}
+    source = str(path) if path is not None else "config"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path}: not valid YAML ({error})") from error
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the config must be a mapping of keys to values, got a {type(loaded).__name__}")
+        for key, value in loaded.items():
+            _assign(values, str(key), value, source)
+    for item in overrides:
+        key, value = parse_override(item)
+        _assign(values, key, value, f"--set {item}")
+    return TrainConfig(**values).validate(source)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"key=value"`` → ``(key, value)``, the value read as YAML (``60`` → 60, ``true`` → True, ``[a, b]``)."""
+    if not isinstance(item, str) or "=" not in item:
+        raise ValueError(f"--set expects key=value, got {item!r}")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ValueError(f"--set expects key=value, got {item!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def valid_keys() -> list[str]:
+    return [item.name for item in dataclasses.fields(TrainConfig)]
+
+
+def _assign(values: dict[str, Any], key: str, value: Any, source: str) -> None:
+    top, _, rest = key.partition(".")
+    top = ALIASES.get(top, top)
+    if top not in valid_keys():
+        raise ValueError(f"{source}: unknown config key '{top}'{_suggestion(top, valid_keys() + list(ALIASES))}")
+    if not rest:
+        values[top] = value
+        return
+    if top != "model_config":
+        raise ValueError(f"{source}: '{key}': only model_config takes dotted sub-keys")
+    nested = dict(values.get(top) or {})
+    nested[rest] = value
+    values[top] = nested
+
+
+def _suggestion(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
+    if close:
+        return f"; did you mean '{ALIASES.get(close[0], close[0])}'?"
+    return f" (valid keys: {', '.join(sorted(valid_keys()))})"
+
+
+def _check_model_config(source: str, overrides: dict) -> None:
+    from .configuration import CausalQwenConfig
+
+    known: set[str] = set()
+    for cls in CausalQwenConfig.__mro__:
+        known.update(getattr(cls, "__annotations__", {}))
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.5)
+            hint = f"; did you mean 'model_config.{close[0]}'?" if close else ""
+            raise ValueError(f"{source}: unknown model_config key '{key}' (not a CausalQwenConfig field){hint}")
+
+
+# ---- value checking --------------------------------------------------------------------------------------
+def _coerce(source: str, key: str, value: Any, hint: Any) -> Any:
+    """``value`` as the annotated type (ints for floats, one string for a list), or ``ValueError``."""
+    if hint is Any:
+        return value
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ValueError(f"{source}: {key} must not be empty")
+    for option in options:
+        if option is type(None):
+            continue
+        converted = _convert(value, option)
+        if converted is not _NO:
+            return converted
+    names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+    raise ValueError(f"{source}: {key} must be a {names}, got {value!r} ({type(value).__name__})")
+
+
+_NO = object()
+
+
+def _convert(value: Any, kind: Any) -> Any:
+    if kind is bool:
+        return value if isinstance(value, bool) else _NO
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return int(value) if isinstance(value, float) and value.is_integer() else _NO
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                return _NO
+        return _NO
+    if kind is str:
+        return value if isinstance(value, str) else _NO
+    if kind is list:
+        if isinstance(value, str):
+            return [value]
+        return list(value) if isinstance(value, (list, tuple)) else _NO
+    if kind is dict:
+        return dict(value) if isinstance(value, dict) else _NO
+    return value

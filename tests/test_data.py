@@ -1,0 +1,248 @@
+"""Training data: JSONL / text / CSV readers, templates, splits, collator, config loading and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from causal_qwen.collator import NumericCollator, tokenize_documents
+from causal_qwen.data import (
+    DataSource,
+    Document,
+    SplitSpec,
+    read_documents,
+    resolve_data_path,
+    split_documents,
+    template_fields,
+)
+from causal_qwen.train_config import load_train_config, parse_override
+
+WEATHER_TEMPLATE = "On {date} Seattle saw {precipitation} mm of rain and a low of {temp_min} C; the high was {temp_max} C."
+
+
+def write(path, text: str):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+# ---- readers ---------------------------------------------------------------------------------------------
+def test_jsonl_reads_text_field(tmp_path):
+    path = write(tmp_path / "d.jsonl", '{"text": "It costs 9.5 dollars."}\n\n{"text": "Two", "other": 1}\n')
+    docs = read_documents(DataSource(path=path))
+    assert [d.text for d in docs] == ["It costs 9.5 dollars.", "Two"]
+    assert [d.row for d in docs] == [1, 3]
+
+
+def test_jsonl_row_without_text_names_file_and_line(tmp_path):
+    path = write(tmp_path / "d.jsonl", '{"text": "ok"}\n{"body": "no text here"}\n')
+    with pytest.raises(ValueError, match=r"d\.jsonl: line 2: no 'text' field \(fields: body\)"):
+        read_documents(DataSource(path=path))
+    assert len(read_documents(DataSource(path=path, skip_bad_rows=True))) == 1
+
+
+def test_jsonl_invalid_json_names_line(tmp_path):
+    path = write(tmp_path / "d.jsonl", '{"text": "ok"}\n{"text": \n')
+    with pytest.raises(ValueError, match=r"d\.jsonl: line 2 is not valid JSON"):
+        read_documents(DataSource(path=path))
+
+
+def test_plain_text_lines_and_blocks(tmp_path):
+    path = write(tmp_path / "d.txt", "first line\nsecond 2\n\n\nthird\n  \nfourth\nfifth\n")
+    lines = read_documents(DataSource(path=path))
+    assert [d.text for d in lines] == ["first line", "second 2", "third", "fourth", "fifth"]
+    blocks = read_documents(DataSource(path=path, text_unit="block"))
+    assert [d.text for d in blocks] == ["first line\nsecond 2", "third", "fourth\nfifth"]
+    assert [d.row for d in blocks] == [1, 5, 7]
+
+
+def test_csv_template_fills_named_fields_and_keeps_spelling(tmp_path):
+    path = write(tmp_path / "w.csv", "date,precipitation,temp_max,temp_min\n2012/01/01,0.0,12.8,5.0\n2012/01/02,10.9,10.6,2.8\n")
+    docs = read_documents(DataSource(path=path, template=WEATHER_TEMPLATE, split_by="date"))
+    assert docs[0].text == "On 2012/01/01 Seattle saw 0.0 mm of rain and a low of 5.0 C; the high was 12.8 C."
+    assert docs[1].split_value == "2012/01/02" and docs[1].row == 2
+
+
+def test_template_format_spec_formats_numbers(tmp_path):
+    path = write(tmp_path / "t.csv", "x\n1.25\n")
+    docs = read_documents(DataSource(path=path, template="value {x:.1f}"))
+    assert docs[0].text == "value 1.2"
+
+
+def test_csv_missing_template_field_suggests_column(tmp_path):
+    path = write(tmp_path / "w.csv", "date,precipitation,temp_max,temp_min\n2012/01/01,0.0,12.8,5.0\n")
+    with pytest.raises(ValueError, match=r"w\.csv: row 0 \(header\): template field 'temp_mx' is not a column.*did you mean 'temp_max'"):
+        read_documents(DataSource(path=path, template="high {temp_mx}"))
+
+
+def test_non_numeric_value_in_numeric_field_names_file_and_row(tmp_path):
+    rows = "date,temp_max\n2012/01/01,12.8\n2012/01/02,warm\n2012/01/03,11.0\n"
+    path = write(tmp_path / "w.csv", rows)
+    # inferred: temp_max is mostly numbers, so it is a numeric field
+    with pytest.raises(ValueError, match=r"w\.csv: row 2 \(line 3\): template field 'temp_max' holds 'warm', which is not a number"):
+        read_documents(DataSource(path=path, template="{date}: {temp_max} C"))
+    docs = read_documents(DataSource(path=path, template="{date}: {temp_max} C", skip_bad_rows=True))
+    assert [d.row for d in docs] == [1, 3]
+    # declared numeric fields are checked even when the column is mostly text
+    with pytest.raises(ValueError, match="row 1 .*'date' holds '2012/01/01'"):
+        read_documents(DataSource(path=path, template="{date}", numeric_fields=["date"]))
+
+
+def test_empty_dataset_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"e\.jsonl: the dataset is empty"):
+        read_documents(DataSource(path=write(tmp_path / "e.jsonl", "\n\n")))
+    with pytest.raises(ValueError, match=r"e\.csv: the dataset is empty"):
+        read_documents(DataSource(path=write(tmp_path / "e.csv", "a,b\n"), template="{a}"))
+    with pytest.raises(ValueError, match="the dataset is empty"):
+        read_documents(DataSource(path=write(tmp_path / "e.txt", "")))
+
+
+def test_template_errors():
+    assert template_fields("{a} and {b:.1f} and {a}") == ["a", "b"]
+    with pytest.raises(ValueError, match="positional"):
+        template_fields("{} x")
+    with pytest.raises(ValueError, match="no named field"):
+        template_fields("plain")
+
+
+def test_vega_dataset_resolves():
+    path = resolve_data_path("vega:seattle-weather.csv")
+    assert path.name == "seattle-weather.csv" and path.is_file()
+    assert resolve_data_path("vega:seattle-weather") == path
+    with pytest.raises(ValueError, match="ships no file"):
+        resolve_data_path("vega:nope.csv")
+    with pytest.raises(FileNotFoundError):
+        resolve_data_path("/no/such/file.jsonl")
+
+
+# ---- splits ----------------------------------------------------------------------------------------------
+def docs_with_dates(dates):
+    return [Document(text=f"d {d}", source="x", row=i + 1, split_value=d) for i, d in enumerate(dates)]
+
+
+def test_split_by_column_at_value():
+    docs = docs_with_dates(["2014/12/30", "2015/01/02", "2014/06/01", "2015/01/01"])
+    train, valid = split_documents(docs, SplitSpec(split_by="date", split_at="2015/01/01"))
+    assert [d.split_value for d in train] == ["2014/12/30", "2014/06/01"]
+    assert [d.split_value for d in valid] == ["2015/01/02", "2015/01/01"]
+
+
+def test_split_by_column_fraction_keeps_latest_values():
+    docs = docs_with_dates([f"2015/01/{day:02d}" for day in range(1, 11)])
+    train, valid = split_documents(docs, SplitSpec(fraction=0.2, split_by="date"))
+    assert max(d.split_value for d in train) < min(d.split_value for d in valid)
+    assert len(valid) == 2
+
+
+def test_split_by_numeric_column_compares_numbers():
+    docs = docs_with_dates(["9", "10", "100"])
+    train, valid = split_documents(docs, SplitSpec(split_by="year", split_at=10))
+    assert [d.split_value for d in train] == ["9"] and len(valid) == 2
+
+
+def test_random_split_is_seeded_and_disjoint():
+    docs = docs_with_dates(list(range(20)))
+    a = split_documents(docs, SplitSpec(fraction=0.25, seed=1))
+    b = split_documents(docs, SplitSpec(fraction=0.25, seed=1))
+    assert a == b and len(a[1]) == 5 and not set(map(id, a[0])) & set(map(id, a[1]))
+
+
+def test_split_that_leaves_nothing_is_an_error():
+    docs = docs_with_dates(["2014/01/01"])
+    with pytest.raises(ValueError, match="leaves no validation rows"):
+        split_documents(docs, SplitSpec(split_by="date", split_at="2015/01/01"))
+
+
+# ---- tokenizing and collating ----------------------------------------------------------------------------
+class ToyTokenizer:
+    """Words → ids 10.., numbers → <NUM> (id 5) with their value; eos 2."""
+
+    eos_token_id = 2
+    num_token_id = 5
+
+    def __call__(self, texts, padding=False, return_tensors=None):
+        assert padding is False and return_tensors is None
+        ids, values = [], []
+        for text in texts:
+            row_ids, row_values = [], []
+            for word in text.split():
+                try:
+                    row_values.append(float(word))
+                    row_ids.append(self.num_token_id)
+                except ValueError:
+                    row_ids.append(10 + len(word))
+                    row_values.append(0.0)
+            ids.append(row_ids)
+            values.append(row_values)
+        return {"input_ids": ids, "numeric_values": values}
+
+
+def test_tokenize_documents_appends_eos_and_truncates():
+    docs = [Document("a 1.5 bb", "x", 1), Document("one two three four five six", "x", 2)]
+    dataset = tokenize_documents(docs, ToyTokenizer(), max_length=4)
+    assert dataset[0] == {"input_ids": [11, 5, 12, 2], "numeric_values": [0.0, 1.5, 0.0, 0.0]}
+    assert len(dataset[1]["input_ids"]) == 4 and dataset[1]["input_ids"][-1] == 2
+
+
+def test_collator_pads_everything_together():
+    collate = NumericCollator(pad_token_id=0)
+    batch = collate(
+        [
+            {"input_ids": [11, 5, 2], "numeric_values": [0.0, 2.5, 0.0]},
+            {"input_ids": [12], "numeric_values": [0.0]},
+        ]
+    )
+    assert batch["input_ids"].tolist() == [[11, 5, 2], [12, 0, 0]]
+    assert batch["numeric_values"].dtype == torch.float32
+    assert batch["numeric_values"].tolist() == [[0.0, 2.5, 0.0], [0.0, 0.0, 0.0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[11, 5, 2], [12, -100, -100]]
+    left = NumericCollator(pad_token_id=0, padding_side="left", pad_to_multiple_of=4)(
+        [{"input_ids": [7, 8], "numeric_values": [0.0, 0.0]}]
+    )
+    assert left["input_ids"].tolist() == [[0, 0, 7, 8]] and left["labels"].tolist() == [[-100, -100, 7, 8]]
+
+
+def test_collator_rejects_mismatched_lengths():
+    with pytest.raises(ValueError, match="example 0: 'numeric_values' has 1 entries but input_ids has 2"):
+        NumericCollator(0)([{"input_ids": [1, 2], "numeric_values": [0.0]}])
+
+
+# ---- config ------------------------------------------------------------------------------------------------
+def test_config_overrides_and_types(tmp_path):
+    path = write(tmp_path / "c.yaml", "data: x.jsonl\nmax_steps: 10\nlearning_rate: 1e-3\nreport_to: none\n")
+    config = load_train_config(path, ["max_steps=60", "model_config.ovr_negatives=2048", "gradient_checkpointing=true"])
+    assert config.max_steps == 60 and config.learning_rate == 1e-3
+    assert config.model_config == {"ovr_negatives": 2048}
+    assert config.activation_checkpointing is True and config.report_to == ["none"]
+    assert parse_override("split_at=2015/01/01") == ("split_at", "2015/01/01")
+
+
+def test_unknown_config_key_suggests_nearest(tmp_path):
+    path = write(tmp_path / "c.yaml", "data: x.jsonl\nlearnig_rate: 0.1\n")
+    with pytest.raises(ValueError, match=r"c\.yaml: unknown config key 'learnig_rate'; did you mean 'learning_rate'\?"):
+        load_train_config(path)
+    with pytest.raises(ValueError, match=r"--set max_step=3: unknown config key 'max_step'; did you mean 'max_steps'\?"):
+        load_train_config(write(tmp_path / "ok.yaml", "data: x.jsonl\n"), ["max_step=3"])
+    with pytest.raises(ValueError, match=r"unknown model_config key 'ovr_negative'.*did you mean 'model_config.ovr_negatives'"):
+        load_train_config(write(tmp_path / "m.yaml", "data: x.jsonl\nmodel_config: {ovr_negative: 3}\n"))
+
+
+def test_config_value_errors(tmp_path):
+    with pytest.raises(ValueError, match="max_steps must be a int"):
+        load_train_config(write(tmp_path / "a.yaml", "data: x\nmax_steps: many\n"))
+    with pytest.raises(ValueError, match="data is required"):
+        load_train_config(write(tmp_path / "b.yaml", "max_steps: 3\n"))
+    with pytest.raises(ValueError, match="lora cannot be combined with freeze_backbone"):
+        load_train_config(write(tmp_path / "c.yaml", "data: x\nlora: true\nfreeze_backbone: true\n"))
+    with pytest.raises(ValueError, match="must be a mapping"):
+        load_train_config(write(tmp_path / "d.yaml", "- a\n- b\n"))
+
+
+def test_example_config_loads():
+    config = load_train_config(Path(__file__).resolve().parents[1] / "examples" / "seattle_weather.yaml", ["max_steps=60"])
+    assert config.data == "vega:seattle-weather.csv" and config.split_by == "date" and config.max_steps == 60
+    docs = read_documents(DataSource(path=config.data, template=config.template, split_by=config.split_by))
+    train, valid = split_documents(docs, SplitSpec(split_by=config.split_by, split_at=config.split_at))
+    assert len(docs) == 1461 and len(valid) == 365 and len(train) == 1096

@@ -1,0 +1,236 @@
+"""Training with `transformers.Trainer`: metrics.jsonl, final model, resume, freezing, LoRA, DDP (gloo), errors.
+
+A 2-layer width-32 Qwen2 with the real Qwen2.5 vocabulary rows (the real tokenizer's ids reach 151665)
+and a 48-row CSV whose rows all tokenize to the same length, so one process with batch 4 and two
+processes with batch 2 see the same global batches and the same per-process token counts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from transformers import TrainerCallback
+
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.cli import main as cli_main
+from causal_qwen.monitoring import read_metrics
+from causal_qwen.parameter_groups import parameter_group
+from causal_qwen.train_config import TrainConfig
+from causal_qwen.training import run_training
+
+from .conftest import small_qwen
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = "Day {day}: the value was {value} units."
+QWEN25_ROWS = 151936
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    from causal_qwen.tokenizer import NumericTokenizer
+
+    root = tmp_path_factory.mktemp("train_assets")
+    NumericTokenizer.default().save_pretrained(root / "tokenizer")
+    small_qwen(tied=True, vocab_size=QWEN25_ROWS).save_pretrained(root / "base")
+    rows = ["day,value"] + [f"{day},{(day * 37) % 50 / 4}" for day in range(1, 49)]
+    (root / "data.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def settings(assets: Path, out: Path, **overrides) -> dict:
+    values = dict(
+        model=str(assets / "base"),
+        tokenizer=str(assets / "tokenizer"),
+        data=str(assets / "data.csv"),
+        template=TEMPLATE,
+        output_dir=str(out),
+        seed=0,
+        max_steps=3,
+        batch_size=4,
+        max_length=32,
+        learning_rate=1e-2,
+        backbone_learning_rate=1e-3,
+        lr_scheduler_type="linear",
+        logging_steps=1,
+        eval_steps=0,
+        save_steps=0,
+        report_to=["none"],
+        progress_bar=False,
+        monitor_positions=8,
+        model_config={"ovr_negatives": 256},  # sampled negatives: fast steps (the Trainer restores the RNG on resume)
+    )
+    values.update(overrides)
+    return values
+
+
+def config(assets: Path, out: Path, **overrides) -> TrainConfig:
+    return TrainConfig(**settings(assets, out, **overrides)).validate("test")
+
+
+def train_records(path: Path) -> list[dict]:
+    return [record for record in read_metrics(path) if "loss" in record]
+
+
+def backbone_state(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if parameter_group(name) == "backbone"}
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+# ---- a run, and resuming it ------------------------------------------------------------------------------
+def test_resume_matches_uninterrupted_run(assets, tmp_path):
+    common = dict(max_steps=4, save_steps=2, save_total_limit=1, validation_split=0.1, eval_steps=4,
+                  max_eval_samples=2, report_to=["tensorboard"])
+    straight = run_training(config(assets, tmp_path / "straight", **common))
+
+    records = read_metrics(straight.metrics_file)
+    steps = train_records(straight.metrics_file)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    for key in ("loss", "cls_loss", "reg_loss", "lr", "lr_backbone", "lr_numeric_embedding", "token_accuracy",
+                "p_target", "scale_U_mean", "loc_U_norm", "number_nll", "grad_norm_abduction", "grad_norm_action"):
+        assert all(key in r for r in steps), key
+    assert steps[0]["loss"] == pytest.approx(steps[0]["cls_loss"] + steps[0]["reg_loss"], rel=1e-5)
+    assert [r["step"] for r in records if "eval_loss" in r] == [4]
+    assert "eval_cls_loss" in records[-1] and "eval_reg_loss" in records[-1]
+    assert list((straight.output_dir / "runs").rglob("events.out.tfevents*")), "TensorBoard events"
+    assert sorted(p.name for p in straight.output_dir.glob("checkpoint-*")) == ["checkpoint-4"], "keeps the last 1"
+
+    interrupted = tmp_path / "interrupted"
+    run_training(config(assets, interrupted, **common), callbacks=[StopAt(3)])
+    assert (interrupted / "checkpoint-2").is_dir() and not (interrupted / "checkpoint-4").exists()
+    with pytest.raises(ValueError, match="already holds checkpoints.*--resume"):
+        run_training(config(assets, interrupted, **common))
+    resumed = run_training(config(assets, interrupted, **common), resume=True)
+
+    assert resumed.global_step == 4
+    again = train_records(resumed.metrics_file)
+    assert [r["step"] for r in again] == [1, 2, 3, 4], "records after the checkpoint are replaced"
+    for a, b in zip(steps[2:], again[2:]):
+        for key in ("loss", "cls_loss", "reg_loss"):
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-6), (a["step"], key)
+    first = CausalQwenForCausalLM.from_pretrained(straight.final_dir)
+    second = CausalQwenForCausalLM.from_pretrained(resumed.final_dir)
+    for (name, p), q in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6), name
+    assert (straight.final_dir / "tokenizer.json").is_file()
+
+
+# ---- freezing --------------------------------------------------------------------------------------------
+def test_frozen_backbone_is_bit_identical_and_heads_change(assets, tmp_path):
+    result = run_training(config(assets, tmp_path, freeze_backbone=True, max_steps=2))
+    base = small_qwen(tied=True, vocab_size=QWEN25_ROWS)
+    trained = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    for name, param in base.model.named_parameters():
+        assert torch.equal(trained.model.get_parameter(name), param), name
+    assert not torch.equal(trained.action.classification_head.weight, base.lm_head.weight)
+    assert not torch.equal(trained.abduction.loc_net.weight, torch.eye(32))
+
+
+def test_backbone_frozen_for_the_first_steps_only(assets, tmp_path):
+    snapshots: list[dict[str, torch.Tensor]] = []
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            snapshots.append(backbone_state(model))
+
+    initial = backbone_state(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    run_training(config(assets, tmp_path, freeze_backbone_steps=2, max_steps=3), callbacks=[Snapshot()])
+    assert len(snapshots) == 3
+    for step in (0, 1):
+        assert all(torch.equal(snapshots[step][name], initial[name]) for name in initial), f"step {step + 1}"
+    assert any(not torch.equal(snapshots[2][name], initial[name]) for name in initial), "step 3 trains it"
+
+
+# ---- LoRA ------------------------------------------------------------------------------------------------
+def test_lora_trains_adapters_and_heads_only_and_the_adapter_reloads(assets, tmp_path):
+    from peft import PeftModel
+
+    result = run_training(
+        config(assets, tmp_path, lora=True, lora_r=4, max_steps=2, activation_checkpointing=True,
+               gradient_accumulation_steps=2, batch_size=2)
+    )
+    base = small_qwen(tied=True, vocab_size=QWEN25_ROWS)
+    merged = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert any(not torch.equal(merged.model.get_parameter(n), p) for n, p in base.model.named_parameters()), \
+        "merged adapters change the backbone weights they target"
+    assert not torch.equal(merged.action.classification_head.weight, base.lm_head.weight)
+
+    fresh = CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS))
+    reloaded = PeftModel.from_pretrained(fresh, str(result.adapter_dir)).eval()
+    trainable_names = set()
+    for name, param in reloaded.named_parameters():
+        if "lora_" in name or "modules_to_save" in name:
+            trainable_names.add(name)
+        elif "original_module" not in name:
+            # every base weight of the backbone is untouched in the adapter model
+            key = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            if parameter_group(key) == "backbone":
+                assert torch.equal(param, base.get_parameter(key)), key
+    assert any("lora_B" in n for n in trainable_names) and any("action.modules_to_save" in n for n in trainable_names)
+    lora_b = [p for n, p in reloaded.named_parameters() if "lora_B" in n]
+    assert any(p.abs().sum() > 0 for p in lora_b), "LoRA B starts at 0 and was trained"
+
+    ids = torch.tensor([[1925, 220, 151665, 14, 220, 151665, 13]])
+    values = torch.tensor([[0.0, 0.0, 3.5, 0.0, 0.0, 12.0, 0.0]])
+    with torch.no_grad():
+        a = reloaded(input_ids=ids, numeric_values=values)
+        b = merged.eval()(input_ids=ids, numeric_values=values)
+    assert torch.allclose(a.loc_S, b.loc_S, atol=1e-4) and torch.allclose(a.loc_Y, b.loc_Y, atol=1e-4)
+
+
+# ---- several processes -----------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_gloo_processes_match_one_process(assets, tmp_path):
+    exact = dict(max_steps=3, model_config={})  # sampled negatives would differ between processes
+    single = run_training(config(assets, tmp_path / "one", batch_size=4, **exact))
+
+    cfg = tmp_path / "ddp.yaml"
+    cfg.write_text(yaml.safe_dump(settings(assets, tmp_path / "two", batch_size=2, **exact)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), "-m", "causal_qwen.cli", "train", str(cfg)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    one = train_records(single.metrics_file)
+    two = train_records(tmp_path / "two" / "metrics.jsonl")
+    assert [r["step"] for r in two] == [1, 2, 3]
+    for a, b in zip(one, two):
+        for key in ("loss", "cls_loss", "reg_loss"):
+            assert abs(a[key] - b[key]) <= 1e-4 * max(1.0, abs(a[key])), (a["step"], key, a[key], b[key])
+    assert CausalQwenForCausalLM.from_pretrained(tmp_path / "two" / "final") is not None
+
+
+# ---- errors ----------------------------------------------------------------------------------------------
+def test_cli_reports_bad_config_and_bad_data(assets, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(settings(assets, tmp_path / "out")))
+    assert cli_main(["train", str(cfg), "--set", "max_step=5"]) == 2
+    assert "did you mean 'max_steps'?" in capsys.readouterr().err
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("day,value\n1,2.5\n2,lots\n3,4.0\n")
+    assert cli_main(["train", str(cfg), "--set", f"data={bad}"]) == 2
+    assert f"{bad}: row 2 (line 3): template field 'value' holds 'lots'" in capsys.readouterr().err
+
+    assert cli_main(["train", str(cfg), "--resume"]) == 2
+    assert "holds no checkpoint" in capsys.readouterr().err
