@@ -14,6 +14,10 @@ import sys
 COMMAND_MODULES = (
     "convert",
     "compare",
+    "train",
+    "generate",
+    "predict",
+    "eval", "plot", "demo",
 )
 
 

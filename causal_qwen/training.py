@@ -194,13 +194,15 @@ def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalL
     from .loading import convert_base
     from .tokenizer import NumericTokenizer
 
+    tokenizer = NumericTokenizer.from_pretrained(config.tokenizer) if config.tokenizer else None
     if is_causal_qwen_folder(config.model):
         model = CausalQwenForCausalLM.from_pretrained(config.model, **config.model_config)
-        tokenizer = None if config.tokenizer else NumericTokenizer.from_pretrained(config.model)
+        tokenizer = tokenizer or NumericTokenizer.from_pretrained(config.model)
+    elif tokenizer is not None:
+        overrides = {"num_token_id": tokenizer.num_token_id, **config.model_config}
+        model = CausalQwenForCausalLM.from_qwen(config.model, **overrides)
     else:
         model, tokenizer = convert_base(config.model, **config.model_config)
-    if config.tokenizer:
-        tokenizer = NumericTokenizer.from_pretrained(config.tokenizer)
     if tokenizer.num_token_id != model.config.num_token_id:
         raise ValueError(
             f"the tokenizer's <NUM> id {tokenizer.num_token_id} differs from the model's {model.config.num_token_id}"

@@ -1,0 +1,185 @@
+"""Generation speed: Qwen's own ``generate`` (greedy) vs CausalQwen in each mode, side by side, in one run.
+
+    python benchmarks/generation.py [--base random:qwen2.5-0.5b] [--json] [--quick] [--repeats N]
+
+For batch 1 and 4, a 64-token prompt and 64 new tokens (``min_new_tokens`` forces the full length), every
+method runs once per repetition, in alternating order (interleaved), so the noise of a shared machine
+spreads evenly. Two figures per method and batch size:
+
+    tokens_per_s         B·T / median over repetitions of the whole call (prefill included)
+    decode_tokens_per_s  B / median over all decode steps of the step time (robust to bursts of load)
+
+and the ratios (CausalQwen / Qwen, the smaller over the two batch sizes):
+
+    ratio_<mode>         from tokens_per_s (the headline figure)
+    decode_ratio_<mode>  from decode_tokens_per_s
+
+The per-token time at 64 vs 256 new tokens (batch 1) shows whether a step grows with the position: the
+median step time over steps 2–64 and 193–256 of one 256-token run, for every method.
+
+CausalQwen shares Qwen's backbone module (`from_qwen` takes it over), so both read the same weights; the
+classification head is CausalQwen's own copy of ``lm_head``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from causal_qwen.conversion import load_qwen_base  # noqa: E402
+from causal_qwen.generation import MODES, generate_ids  # noqa: E402
+from causal_qwen.modeling import CausalQwenForCausalLM  # noqa: E402
+
+PROMPT_TOKENS = 64
+NEW_TOKENS = 64
+LONG_NEW_TOKENS = 256
+BATCH_SIZES = (1, 4)
+METHODS = ("qwen",) + MODES
+
+
+class _StepClock(StoppingCriteria):
+    """Records the time each token is chosen (never stops generation)."""
+
+    def __init__(self, stamps: list[float]) -> None:
+        self.stamps = stamps
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        self.stamps.append(time.perf_counter())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def make_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, min(vocab, 151643), (batch, length), generator=generator)  # (B,P)
+
+
+def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, list[float]]:
+    """One call: (total seconds, step durations; the first one includes the prefill)."""
+    mask = torch.ones_like(input_ids)
+    start = time.perf_counter()
+    stamps = [start]
+    if method == "qwen":
+        with torch.inference_mode():
+            out = qwen.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=0,
+                stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
+            )
+        generated = out.shape[1] - input_ids.shape[1]
+    else:
+        options = dict(do_sample=False) if method == "traditional" else dict(seed=0) if method == "causal" else {}
+        out = generate_ids(
+            model,
+            input_ids,
+            mask,
+            mode=method,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            on_step=lambda decoder, tokens, values: stamps.append(time.perf_counter()),
+            **options,
+        )
+        generated = out.token_ids.shape[1]
+    total = time.perf_counter() - start
+    assert generated == new_tokens, (method, generated)
+    return total, [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="random:qwen2.5-0.5b", help="Qwen2 base (default random:qwen2.5-0.5b)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="1 repetition, 16 new tokens, no 256-token run")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (default 3)")
+    args = parser.parse_args(argv)
+
+    repeats = 1 if args.quick else args.repeats
+    new_tokens = 16 if args.quick else NEW_TOKENS
+    qwen = load_qwen_base(args.base).eval()
+    model = CausalQwenForCausalLM.from_qwen(qwen).eval()  # shares qwen.model
+    vocab = qwen.config.vocab_size
+    prompts = {batch: make_prompts(batch, PROMPT_TOKENS, vocab) for batch in BATCH_SIZES}
+
+    # Warm-up: a short run of each method (allocations; the cached row norms / constant scales).
+    for method in METHODS:
+        run_method(method, qwen, model, prompts[1], 4)
+
+    totals: dict[tuple[str, int], list[float]] = {(m, b): [] for m in METHODS for b in BATCH_SIZES}
+    steps: dict[tuple[str, int], list[float]] = {(m, b): [] for m in METHODS for b in BATCH_SIZES}
+    for repeat in range(repeats):
+        for batch in BATCH_SIZES:
+            order = METHODS if repeat % 2 == 0 else tuple(reversed(METHODS))
+            for method in order:
+                total, durations = run_method(method, qwen, model, prompts[batch], new_tokens)
+                totals[(method, batch)].append(total)
+                steps[(method, batch)].extend(durations[1:])  # decode steps only
+
+    tokens_per_s = {
+        f"{m}_b{b}": b * new_tokens / statistics.median(totals[(m, b)]) for m in METHODS for b in BATCH_SIZES
+    }
+    decode_tokens_per_s = {f"{m}_b{b}": b / statistics.median(steps[(m, b)]) for m in METHODS for b in BATCH_SIZES}
+    report: dict[str, object] = {
+        "base": args.base,
+        "prompt_tokens": PROMPT_TOKENS,
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+    }
+    for mode in MODES:
+        report[f"ratio_{mode}"] = min(tokens_per_s[f"{mode}_b{b}"] / tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES)
+    for mode in MODES:
+        report[f"decode_ratio_{mode}"] = min(
+            decode_tokens_per_s[f"{mode}_b{b}"] / decode_tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES
+        )
+    report["tokens_per_s"] = tokens_per_s
+    report["decode_tokens_per_s"] = decode_tokens_per_s
+
+    if not args.quick:
+        per_token: dict[str, dict[str, float]] = {}
+        for method in METHODS:
+            total, durations = run_method(method, qwen, model, prompts[1], LONG_NEW_TOKENS)
+            per_token[method] = {
+                "step_s_2_64": statistics.median(durations[1:64]),
+                "step_s_193_256": statistics.median(durations[192:256]),
+                "per_token_s_256_total": total / LONG_NEW_TOKENS,
+                "per_token_s_64_total": statistics.median(totals[(method, 1)]) / NEW_TOKENS,
+            }
+        report["per_token_time_b1"] = per_token
+
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"base {args.base}: prompt {PROMPT_TOKENS} tokens, {new_tokens} new tokens, {repeats} interleaved repeat(s)")
+    for batch in BATCH_SIZES:
+        row = "  ".join(f"{m} {tokens_per_s[f'{m}_b{batch}']:7.2f}" for m in METHODS)
+        decode_row = "  ".join(f"{m} {decode_tokens_per_s[f'{m}_b{batch}']:7.2f}" for m in METHODS)
+        print(f"batch {batch}: tokens/s  {row}")
+        print(f"batch {batch}: decode tokens/s  {decode_row}")
+    for mode in MODES:
+        ratio, decode_ratio = report[f"ratio_{mode}"], report[f"decode_ratio_{mode}"]
+        print(f"ratio_{mode} = {ratio:.3f}   decode_ratio_{mode} = {decode_ratio:.3f}")
+    for method, entry in report.get("per_token_time_b1", {}).items():
+        print(
+            f"{method}: median step {entry['step_s_2_64'] * 1e3:.1f} ms (steps 2-64), "
+            f"{entry['step_s_193_256'] * 1e3:.1f} ms (steps 193-256); per token overall "
+            f"{entry['per_token_s_64_total'] * 1e3:.1f} ms at 64 new, "
+            f"{entry['per_token_s_256_total'] * 1e3:.1f} ms at 256 new"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""``causal-qwen eval``: language and number metrics of a model on a data file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+from ..evaluation import METRIC_SETS, EvalData, evaluate_data
+from ..loading import load_model_and_tokenizer
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on a data file: perplexity, token accuracy, number errors, interval coverage",
+        description="Language metrics (perplexity from the softmax over loc_S, top-1 accuracy under OvR and "
+        "softmax decisions, mean OvR probability of the target, mean sum of OvR probabilities) and number "
+        "metrics at <NUM> targets (median absolute error and MAPE of the Cauchy median loc_Y, mean Cauchy NLL, "
+        "coverage of the central 50%/90% intervals, calibration table).",
+    )
+    add_model_arguments(parser)
+    add_data_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=8, help="documents per batch (default 8)")
+    parser.add_argument(
+        "--metrics",
+        choices=METRIC_SETS,
+        default="auto",
+        help="which metrics: language, numbers, all (numbers required), auto (numbers when the data has some)",
+    )
+    parser.add_argument(
+        "--number-index",
+        type=int,
+        default=None,
+        help="number metrics on the k-th number of each document only (0 the first, -1 the last); default all",
+    )
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the metrics as JSON ('-': stdout)")
+    parser.set_defaults(func=run)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--model", help="a converted or fine-tuned CausalQwen folder")
+    group.add_argument("--base", help="a Qwen2 base converted on the fly (preset, folder, .gguf file or hub id)")
+    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="JSONL, text or CSV file (or vega:NAME)")
+    parser.add_argument("--template", default=None, help="format string turning each CSV/JSONL row into text")
+    parser.add_argument("--text-field", default="text", help="JSONL/CSV field holding the text (default 'text')")
+    parser.add_argument("--text-unit", choices=("line", "block"), default="line", help="plain text: documents per")
+    parser.add_argument("--split-by", default=None, help="column to split by (with --split-at)")
+    parser.add_argument("--split-at", default=None, help="evaluate only rows whose --split-by value is >= this")
+    parser.add_argument("--max-length", type=int, default=512, help="tokens per document (default 512)")
+
+
+def data_spec(args: argparse.Namespace) -> EvalData:
+    return EvalData(
+        path=args.data, template=args.template, text_field=args.text_field, text_unit=args.text_unit,
+        split_by=args.split_by, split_at=args.split_at, max_length=args.max_length,
+    )
+
+
+def check_writable_file(path: str | None) -> None:
+    """Raise ``ValueError`` when ``path`` (an output file) cannot be written, before any work is done."""
+    if path is None or path == "-":
+        return
+    parent = Path(path).resolve().parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise ValueError(f"cannot write {path!r}: {str(probe)!r} is not a writable folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_writable_file(args.json)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
+                           language=args.metrics != "numbers")
+    metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics)
+    metrics["model"] = args.model or args.base
+    metrics["data"] = args.data
+    if args.json == "-":
+        print(json.dumps(metrics, indent=2))
+        return 0
+    print(format_metrics(metrics))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        print(f"metrics written to {path}")
+    return 0
+
+
+def format_metrics(metrics: dict) -> str:
+    """A two-column text table of the metrics (calibration as its own block)."""
+    labels = [
+        ("documents", "documents"),
+        ("token_count", "target tokens"),
+        ("perplexity", "perplexity (softmax over loc_S)"),
+        ("token_accuracy_softmax", "top-1 accuracy, softmax (traditional)"),
+        ("token_accuracy_ovr", "top-1 accuracy, OvR (standard)"),
+        ("ovr_target_prob", "mean OvR probability of the target"),
+        ("ovr_prob_sum", "mean sum of OvR probabilities"),
+        ("num_count", "number targets"),
+        ("num_mdae", "median absolute error of loc_Y"),
+        ("num_mape", "MAPE of loc_Y (%)"),
+        ("num_nll", "mean Cauchy NLL"),
+        ("num_median_scale", "median scale_Y"),
+        ("coverage_50", "coverage of central 50% interval"),
+        ("coverage_90", "coverage of central 90% interval"),
+    ]
+    rows = [(label, _fmt(metrics[key])) for key, label in labels if key in metrics]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label:<{width}}  {value}" for label, value in rows]
+    if metrics.get("calibration"):
+        lines += ["", "calibration (central intervals)", f"{'nominal':>8}  {'empirical':>9}"]
+        lines += [f"{row['nominal']:>8.2f}  {row['empirical']:>9.3f}" for row in metrics["calibration"]]
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return str(value)

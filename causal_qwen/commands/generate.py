@@ -1,0 +1,147 @@
+"""``causal-qwen generate``: continue prompts in standard, causal or traditional mode; stream the text."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..generation import MODES, GenerationResult, TextPiece, generate
+from ..loading import load_model_and_tokenizer
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="generate text (standard, causal or traditional mode)",
+        description="Continue each PROMPT with a CausalQwen model. Modes: standard (deterministic argmax of the "
+        "One-vs-Rest probabilities), causal (one sampled individual per prompt, shared across its positions; "
+        "--individual replays one), traditional (softmax over loc_S with --temperature/--top-k/--top-p; "
+        "--temperature 0 is greedy). Numbers are generated as values. Text is printed as it is produced.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a converted CausalQwen folder (causal-qwen convert)")
+    source.add_argument("--base", help="a Qwen2 base converted on the fly: preset, folder, .gguf file or hub id")
+    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+    parser.add_argument("--mode", default="standard", help=f"one of {', '.join(MODES)} (default: standard)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
+    parser.add_argument("--min-new-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the individual (causal) or of sampling")
+    parser.add_argument("--temperature", type=float, default=None, help="traditional mode: softmax temperature")
+    parser.add_argument("--top-k", type=int, default=None, help="traditional mode: keep the k most likely tokens")
+    parser.add_argument("--top-p", type=float, default=None, help="traditional mode: nucleus probability")
+    parser.add_argument("--stop", action="append", default=None, metavar="STR", help="stop string (repeatable)")
+    parser.add_argument("--individual", default=None, metavar="FILE", help="causal mode: replay ε from this JSON file")
+    parser.add_argument(
+        "--save-individual", default=None, metavar="FILE", help="causal mode: write the individuals ε to FILE (JSON)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of streaming text")
+    parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt(s), generated as one left-padded batch")
+    parser.set_defaults(func=run)
+
+
+def read_individual(path: str) -> list[list[float]]:
+    """ε rows from a JSON file: ``{"individuals": [[...], ...]}`` (as ``--save-individual`` writes), a list of
+    floats, a list of lists, or the output of ``generate --json`` (its ``individual`` fields)."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"individual file {path!r} does not exist")
+    try:
+        data: Any = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"individual file {path!r} is not valid JSON ({error})") from error
+    if isinstance(data, dict):
+        data = data.get("individuals", data.get("individual"))
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        data = [item.get("individual") for item in data]
+    if isinstance(data, list) and data and all(isinstance(x, (int, float)) for x in data):
+        data = [data]
+    if not (isinstance(data, list) and data and all(isinstance(row, list) and row for row in data)):
+        raise ValueError(f"individual file {path!r} holds no individual (expected a list of floats per prompt)")
+    return data
+
+
+def _individual_argument(path: str | None, num_prompts: int):
+    if path is None:
+        return None
+    rows = read_individual(path)
+    if len(rows) == 1:
+        return rows[0]
+    if len(rows) != num_prompts:
+        raise ValueError(f"individual file {path!r} holds {len(rows)} individuals for {num_prompts} prompt(s)")
+    return rows
+
+
+def _format_numbers(result: GenerationResult) -> list[str]:
+    lines = []
+    for number in result.numbers:
+        line = f"  number at token {number.token_index}: {number.value:.6g}"
+        if number.median is not None:
+            low50, high50 = number.interval_50
+            low90, high90 = number.interval_90
+            line += f"  (median {number.median:.6g}; 50% [{low50:.6g}, {high50:.6g}]; 90% [{low90:.6g}, {high90:.6g}])"
+        lines.append(line)
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.mode not in MODES:
+        raise ValueError(f"unknown mode {args.mode!r}; the modes are {', '.join(MODES)}")
+    if (args.individual or args.save_individual) and args.mode != "causal":
+        raise ValueError("--individual and --save-individual apply to --mode causal only")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    for index, prompt in enumerate(args.prompts):
+        if prompt == "":
+            raise ValueError(f"prompt {index} is empty")
+    individual = _individual_argument(args.individual, len(args.prompts))
+    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+
+    single = len(args.prompts) == 1
+    finished_texts: dict[int, str] = {}
+    started = []
+
+    def show(piece: TextPiece) -> None:
+        if single:
+            if not started:  # the prompt, once generation is under way
+                started.append(True)
+                sys.stdout.write(args.prompts[0])
+            sys.stdout.write(piece.text)
+            if piece.finished:
+                sys.stdout.write("\n")
+            sys.stdout.flush()
+            return
+        finished_texts[piece.index] = finished_texts.get(piece.index, "") + piece.text
+        if piece.finished:
+            print(f"[{piece.index}] {args.prompts[piece.index]}{finished_texts[piece.index]}", flush=True)
+
+    results = generate(
+        model,
+        tokenizer,
+        args.prompts,
+        mode=args.mode,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop_strings=tuple(args.stop or ()),
+        individual=individual,
+        callback=None if args.json else show,
+    )
+    if args.save_individual:
+        rows = [result.individual.tolist() for result in results]
+        Path(args.save_individual).write_text(json.dumps({"individuals": rows}), encoding="utf-8")
+        print(f"individuals written to {args.save_individual}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([result.to_dict() for result in results], indent=2))
+        return 0
+    for index, result in enumerate(results):
+        lines = _format_numbers(result)
+        if lines:
+            print(f"numbers of prompt {index}:" if not single else "numbers:")
+            print("\n".join(lines))
+    return 0

@@ -1,0 +1,137 @@
+"""``causal-qwen plot KIND``: PNG figures of a model's predictions or of a training run.
+
+Kinds: ``numbers`` (predictive Cauchy densities with the true values), ``calibration`` (nominal vs empirical
+coverage), ``next-token`` (top-k OvR probabilities next to softmax), ``individuals`` (2-D PCA of ``loc_U``,
+marker size from ``scale_U``), ``training`` (curves from ``metrics.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from .. import plots
+from ..evaluation import evaluate_data
+from ..loading import load_model_and_tokenizer
+from .eval import add_data_arguments, add_model_arguments, check_writable_file, data_spec
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="write PNG figures: number densities, calibration, next-token probabilities, individuals, training",
+        description="Write one PNG figure (matplotlib). Run 'causal-qwen plot KIND --help' for each kind.",
+    )
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND")
+    kinds.required = True
+
+    numbers = kinds.add_parser("numbers", help="predictive Cauchy densities of numbers, true values marked")
+    _model_and_data(numbers)
+    numbers.add_argument("--count", type=int, default=6, help="how many numbers to draw (default 6)")
+    numbers.add_argument("--unit", default="value", help="x-axis label, e.g. 'temp_max (C)'")
+    numbers.set_defaults(func=run_numbers)
+
+    calibration = kinds.add_parser("calibration", help="nominal vs empirical coverage of the central intervals")
+    _model_and_data(calibration)
+    calibration.set_defaults(func=run_calibration)
+
+    individuals = kinds.add_parser("individuals", help="2-D PCA of loc_U at number positions (size: scale_U)")
+    _model_and_data(individuals)
+    individuals.set_defaults(func=run_individuals)
+
+    next_token = kinds.add_parser("next-token", help="top-k next-token OvR probabilities next to softmax ones")
+    add_model_arguments(next_token)
+    next_token.add_argument("--text", required=True, help="the text whose next token to show")
+    next_token.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
+    next_token.add_argument("--out", required=True, help="output .png file")
+    next_token.set_defaults(func=run_next_token)
+
+    training = kinds.add_parser("training", help="training curves from a run's metrics.jsonl")
+    training.add_argument("metrics", help="metrics.jsonl written by causal-qwen train (or its output folder)")
+    training.add_argument("--out", required=True, help="output .png file")
+    training.set_defaults(func=run_training)
+
+
+def _model_and_data(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_data_arguments(parser)
+    parser.add_argument("--number-index", type=int, default=None,
+                        help="only the k-th number of each document (0 the first, -1 the last); default all")
+    parser.add_argument("--batch-size", type=int, default=8, help="documents per batch (default 8)")
+    parser.add_argument("--out", required=True, help="output .png file")
+
+
+def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False):
+    check_writable_file(args.out)
+    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
+                           keep_individuals=keep_individuals, language=False)
+    numbers = result.numbers.select(args.number_index)
+    if len(numbers) == 0:
+        raise ValueError(f"{args.data}: the data has no numbers to plot (no <NUM> targets)")
+    return numbers
+
+
+def run_numbers(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise ValueError(f"--count must be positive, got {args.count}")
+    numbers = _number_predictions(args)
+    chosen = torch.linspace(0, len(numbers) - 1, min(args.count, len(numbers))).round().long().unique()  # spread out
+    picked = numbers.subset(chosen)
+    titles = [f"document {int(d)}, number {int(o)}" for d, o in zip(picked.document, picked.ordinal)]
+    path = plots.plot_number_densities(picked.value, picked.loc, picked.scale, args.out, titles=titles,
+                                       unit=args.unit)
+    print(f"wrote {path}")
+    return 0
+
+
+def run_calibration(args: argparse.Namespace) -> int:
+    numbers = _number_predictions(args)
+    path = plots.plot_calibration({args.data: numbers.central_rank()}, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def run_individuals(args: argparse.Namespace) -> int:
+    numbers = _number_predictions(args, keep_individuals=True)
+    if len(numbers) < 2:
+        raise ValueError("the individual space needs at least 2 number positions")
+    path = plots.plot_individual_space(numbers.loc_U, numbers.scale_U, args.out, color_values=numbers.value,
+                                       color_label="true value of the predicted number")
+    print(f"wrote {path}")
+    return 0
+
+
+def run_next_token(args: argparse.Namespace) -> int:
+    from ..predict import predict_next
+
+    check_writable_file(args.out)
+    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
+    candidates = view.candidates
+    path = plots.plot_next_token(
+        [c.token for c in candidates],
+        [c.ovr_probability for c in candidates],
+        [c.softmax_probability for c in candidates],
+        args.out,
+        context=args.text,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def run_training(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..monitoring import read_metrics
+
+    check_writable_file(args.out)
+    metrics = Path(args.metrics)
+    if metrics.is_dir():
+        metrics = metrics / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ValueError(f"metrics file {str(metrics)!r} does not exist")
+    path = plots.plot_training_curves(read_metrics(metrics), args.out)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,61 @@
+"""``causal-qwen predict``: the next-step view after a text (OvR, Cauchy scores and softmax side by side)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..loading import load_model_and_tokenizer
+from ..predict import NextStepView, predict_next
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "predict",
+        help="show the next-step decision after TEXT",
+        description="Show, for the position after TEXT, the top-k tokens by One-vs-Rest probability with loc_S, "
+        "scale_S and the softmax probability side by side, and the number forecast: P(<NUM>) and the Cauchy "
+        "median with 50%% and 90%% intervals of the value.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a converted CausalQwen folder (causal-qwen convert)")
+    source.add_argument("--base", help="a Qwen2 base converted on the fly: preset, folder, .gguf file or hub id")
+    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+    parser.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
+    parser.add_argument("--json", action="store_true", help="print the view as JSON")
+    parser.add_argument("text", metavar="TEXT", help="the text whose next step to show")
+    parser.set_defaults(func=run)
+
+
+def format_view(view: NextStepView) -> str:
+    threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
+    lines = [f"next step after {view.text!r}{threshold}"]
+    header = (
+        f"{'rank':>4}  {'id':>7}  {'token':<16} {'P_ovr':>10} {'loc_S':>10} {'scale_S':>10} {'softmax':>10} "
+        f"{'sm_rank':>7}"
+    )
+    lines.append(header)
+    for rank, c in enumerate(view.candidates, start=1):
+        lines.append(
+            f"{rank:>4}  {c.token_id:>7}  {c.token!r:<16} {c.ovr_probability:>10.4g} {c.loc_S:>10.4g} "
+            f"{c.scale_S:>10.4g} {c.softmax_probability:>10.4g} {c.softmax_rank:>7}"
+        )
+    n = view.number
+    lines.append(
+        f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "
+        f"softmax {n.softmax_probability:.4g}; "
+        f"value median {n.median:.6g}, scale {n.scale:.4g}, 50% [{n.interval_50[0]:.6g}, {n.interval_50[1]:.6g}], "
+        f"90% [{n.interval_90[0]:.6g}, {n.interval_90[1]:.6g}]"
+    )
+    lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(view.to_dict(), indent=2))
+    else:
+        print(format_view(view))
+    return 0

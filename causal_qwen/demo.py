@@ -1,0 +1,633 @@
+"""The end-to-end demo on the embedded default: does the uncertainty of a tiny CausalQwen mean something?
+
+Stages (each reports through the ``progress`` callable; the library itself only logs):
+
+1. convert   ``random:tiny`` (a 2-layer width-64 Qwen2 with the real 151,936-row vocabulary) to CausalQwen;
+2. verify    the conversion against its base (`causal_qwen.compare`, plus greedy generation parity);
+3. train     on Seattle's daily weather (vega-datasets ``seattle-weather.csv``): days before ``split_at``
+             train, later days are held out; each row becomes ``DEMO_TEMPLATE`` (target number last);
+4. evaluate  on the held-out days: the Cauchy median ``loc_Y`` at the position that predicts ``temp_max``;
+5. compare   with two baselines fitted on the training days in the same run:
+             median  ŷ = median(temp_max of training days);
+             linear  ŷ = xᵀβ, β = argmin ‖Xβ − y‖² (least squares) on the template's other fields
+                     (numeric fields as values, a date as day-of-year terms sin/cos(2π·doy/365.25),
+                     other text fields one-hot); its Cauchy scale γ (MLE on the training residuals) gives
+                     the baseline's own central intervals ŷ ± γ·tan(π·p/2) for reference;
+6. plot      training curves, predictive densities, calibration, next-token probabilities, individual space
+             and the held-out forecasts (PNG);
+7. generate  the end of a few held-out days' sentences ("... high ") in standard, traditional and causal
+             mode, the causal individual ε replayed on every day;
+
+and writes ``OUT/report.json``. MdAE = median |y − ŷ| over the held-out days.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+DEMO_BASE = "random:tiny"
+DEMO_DATA = "vega:seattle-weather.csv"
+# Predictive fields first, the target number last: the position that predicts temp_max has read them all.
+DEMO_TEMPLATE = "rain {precipitation} mm, low {temp_min} C, high {temp_max} C."
+DEMO_TARGET = "temp_max"
+DEMO_SPLIT_BY = "date"
+DEMO_SPLIT_AT = "2015/01/01"
+REPORT_FILE = "report.json"
+
+ACCEPTANCE = {
+    "num_mdae <= 1.25 x baseline_linear_mdae": lambda r: r["num_mdae"] <= 1.25 * r["baseline_linear_mdae"],
+    "num_mdae <= 0.6 x baseline_median_mdae": lambda r: r["num_mdae"] <= 0.6 * r["baseline_median_mdae"],
+    "0.40 <= coverage_50 <= 0.60": lambda r: 0.40 <= r["coverage_50"] <= 0.60,
+    "0.80 <= coverage_90 <= 0.97": lambda r: 0.80 <= r["coverage_90"] <= 0.97,
+}
+
+
+@dataclass
+class DemoSettings:
+    """What the demo runs. ``quick``: a smoke run (a few steps, small evaluation subsets; figures meaningless).
+
+    Training (`causal_qwen.training`): a sum over 151,936 OvR decisions would dominate every shared parameter,
+    so the demo averages it (``ovr_reduction="mean"``), draws ``ovr_negatives`` sampled negatives per step,
+    and trains the regression on every number (``regression_gate_alpha=1``: no gate by P(<NUM>)); the
+    heads learn fast (``learning_rate``), the random backbone ten times slower.
+    """
+
+    out: Path = Path("demo_output")
+    quick: bool = False
+    base: str = DEMO_BASE
+    data: str = DEMO_DATA
+    template: str = DEMO_TEMPLATE
+    target: str = DEMO_TARGET
+    split_by: str = DEMO_SPLIT_BY
+    split_at: str = DEMO_SPLIT_AT
+    seed: int = 0
+    max_steps: int | None = None
+    batch_size: int = 64
+    learning_rate: float = 3e-2
+    backbone_learning_rate: float = 3e-3
+    ovr_negatives: int = 256
+    language_documents: int | None = None
+    generation_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        if self.max_steps is None:
+            self.max_steps = 4 if self.quick else 180
+        if self.language_documents is None:
+            self.language_documents = 4 if self.quick else 32
+        if self.generation_tokens is None:
+            self.generation_tokens = 3
+        if not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
+
+    def training_overrides(self) -> dict[str, Any]:
+        """`TrainConfig` fields of the demo's fine-tuning (model and output folder excluded)."""
+        return dict(
+            model_config={"ovr_negatives": self.ovr_negatives, "ovr_reduction": "mean", "regression_gate_alpha": 1.0},
+            data=self.data,
+            template=self.template,
+            split_by=self.split_by,
+            split_at=self.split_at,
+            max_length=64,
+            max_eval_samples=4 if self.quick else 32,
+            seed=self.seed,
+            max_steps=self.max_steps,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            numeric_embedding_learning_rate=self.learning_rate,
+            backbone_learning_rate=self.backbone_learning_rate,
+            optim="adamw_torch_fused",
+            lr_scheduler_type="cosine",
+            warmup_steps=min(10, max(0, self.max_steps // 10)),
+            logging_steps=max(1, min(10, self.max_steps // 4)),
+            eval_steps=max(1, self.max_steps // 3),
+            save_steps=0,
+            report_to=[],
+            progress_bar=False,
+            monitor_positions=8,
+            overwrite_output_dir=True,
+        )
+
+
+Progress = Callable[[str], None]
+
+
+def _log_progress(message: str) -> None:
+    logger.info("%s", message)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output folder
+# ---------------------------------------------------------------------------------------------------------
+def prepare_output(out: Path) -> Path:
+    """Create ``out`` (or reuse it), checking it can be written; remove what an earlier demo left in it."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("ok", encoding="utf-8")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"cannot write the demo output folder {str(out)!r}: {error}") from error
+    for name in ("converted", "training"):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for stale in [out / REPORT_FILE, *out.glob("*.png")]:
+        stale.unlink(missing_ok=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Baselines
+# ---------------------------------------------------------------------------------------------------------
+def read_table(data: str) -> list[dict[str, str]]:
+    """The CSV rows of ``data`` (a path or ``vega:NAME``) as dictionaries."""
+    from .data import resolve_data_path
+
+    with resolve_data_path(data).open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tuple[list[dict], list[dict]]:
+    """``(train, held_out)``: rows whose ``split_by`` value is < / >= ``split_at`` (string order, as ISO dates)."""
+    train = [row for row in rows if str(row[split_by]) < split_at]
+    held_out = [row for row in rows if str(row[split_by]) >= split_at]
+    if not train or not held_out:
+        raise ValueError(f"splitting by {split_by!r} at {split_at!r} leaves {len(train)} train / {len(held_out)} held-out rows")
+    return train, held_out
+
+
+def _day_of_year(text: str) -> int | None:
+    parts = text.replace("/", "-").split("-")
+    try:
+        return date(int(parts[0]), int(parts[1]), int(parts[2][:2])).timetuple().tm_yday
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass
+class LinearBaseline:
+    """Least squares ``ŷ = Xβ`` on the named fields; the design matrix (R, F) is built by `design_matrix`."""
+
+    fields: list[str]
+    columns: list[str]
+    coefficients: list[float]
+    categories: dict[str, list[str]]
+    cauchy_scale: float
+
+    def predict(self, rows: list[dict[str, str]]) -> Tensor:
+        matrix, _ = design_matrix(rows, self.fields, self.categories)  # (R,F)
+        return matrix @ torch.tensor(self.coefficients, dtype=torch.float64)  # (R,)
+
+
+def design_matrix(
+    rows: list[dict[str, str]], fields: Sequence[str], categories: dict[str, list[str]] | None = None
+) -> tuple[Tensor, list[str]]:
+    """(R, F) float64 design matrix: an intercept; each numeric field as its value; a date field as
+    ``sin/cos(2π·doy/365.25)``; any other field one-hot over its training ``categories`` (first dropped)."""
+    columns: list[Tensor] = [torch.ones(len(rows), dtype=torch.float64)]
+    names = ["intercept"]
+    categories = {} if categories is None else categories
+    for name in fields:
+        values = [row[name] for row in rows]
+        numbers = [_as_float(v) for v in values]
+        days = [_day_of_year(v) for v in values]
+        if all(n is not None for n in numbers):
+            columns.append(torch.tensor(numbers, dtype=torch.float64))
+            names.append(name)
+        elif all(d is not None for d in days):
+            angle = 2 * math.pi * torch.tensor(days, dtype=torch.float64) / 365.25
+            columns += [torch.sin(angle), torch.cos(angle)]
+            names += [f"sin({name} day of year)", f"cos({name} day of year)"]
+        else:
+            levels = categories.setdefault(name, sorted(set(values)))
+            for level in levels[1:]:
+                columns.append(torch.tensor([float(v == level) for v in values], dtype=torch.float64))
+                names.append(f"{name}={level}")
+    return torch.stack(columns, dim=1), names
+
+
+def _as_float(value: str) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
+    """MLE of γ for ``r ~ Cauchy(0, γ)``: the root of ``mean((r² − γ²)/(r² + γ²)) = 0`` (bisection on log γ)."""
+    squared = residuals.double().pow(2)
+    low, high = math.log(1e-6), math.log(float(residuals.abs().max()) + 1.0)
+    for _ in range(iterations):
+        middle = 0.5 * (low + high)
+        gamma2 = math.exp(2 * middle)
+        if float(((squared - gamma2) / (squared + gamma2)).mean()) > 0:
+            low = middle
+        else:
+            high = middle
+    return math.exp(0.5 * (low + high))
+
+
+def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
+    """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
+    categories: dict[str, list[str]] = {}
+    matrix, names = design_matrix(train, fields, categories)  # (R,F)
+    y = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)  # (R,)
+    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
+    residuals = y - matrix @ beta
+    return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy_scale_mle(residuals))
+
+
+def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[str], target: str) -> dict[str, Any]:
+    """MdAE of the training-median and linear baselines on the held-out rows (and their predictions)."""
+    y_train = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)
+    y = torch.tensor([float(row[target]) for row in held_out], dtype=torch.float64)
+    median = float(y_train.quantile(0.5))  # the mean of the two middle values for an even count
+    linear = fit_linear_baseline(train, fields, target)
+    linear_prediction = linear.predict(held_out)  # (R,)
+    z = (y - linear_prediction).abs() / linear.cauchy_scale
+    return {
+        "baseline_median_value": median,
+        "baseline_median_mdae": float((y - median).abs().quantile(0.5)),
+        "baseline_linear_mdae": float((y - linear_prediction).abs().quantile(0.5)),
+        "baseline_linear_fields": list(fields),
+        "baseline_linear_coefficients": dict(zip(linear.columns, linear.coefficients)),
+        "baseline_linear_cauchy_scale": linear.cauchy_scale,
+        "baseline_linear_coverage_50": float((z <= 1.0).double().mean()),
+        "baseline_linear_coverage_90": float((z <= math.tan(math.pi * 0.45)).double().mean()),
+        "_median_prediction": torch.full_like(y, median),
+        "_linear_prediction": linear_prediction,
+        "_true": y,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stages
+# ---------------------------------------------------------------------------------------------------------
+def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) -> tuple[Path, dict[str, Any]]:
+    """Convert the base, save it to ``out/converted`` and compare it with the base."""
+    from .compare import compare_models
+    from .conversion import load_qwen_base
+    from .loading import load_tokenizer_for_base
+    from .modeling import CausalQwenForCausalLM
+
+    model = CausalQwenForCausalLM.from_qwen(settings.base)
+    tokenizer = load_tokenizer_for_base(settings.base)
+    converted = out / "converted"
+    model.save_pretrained(converted)
+    tokenizer.save_pretrained(converted)
+    progress(f"      {sum(p.numel() for p in model.parameters()):,} parameters, saved to {converted}")
+    progress("[2/7] verify the conversion against the base")
+    qwen = load_qwen_base(settings.base)
+    report = compare_models(qwen, model, tokenizer, base_name=settings.base)
+    summary: dict[str, Any] = {
+        "passed": report.passed,
+        "checks": dict(report.checks),
+        "logits_max_abs_diff": report.logits_max_abs_diff,
+        "feature_max_abs_diff": report.feature_max_abs_diff,
+        "top1_agreement": report.top1_agreement,
+        "scale_U_mean": report.scale_U_mean,
+    }
+    try:
+        from .generation import greedy_parity
+
+        parity = greedy_parity(qwen, model, tokenizer)
+        summary.update(parity)
+        summary["checks"]["greedy_parity"] = parity["greedy_match_tokens"] == parity["greedy_total_tokens"]
+        summary["passed"] = all(summary["checks"].values())
+    except ImportError:  # generation is optional for the verification
+        logger.warning("generation module unavailable: greedy parity not checked")
+    (out / "compare.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    failed = [name for name, ok in summary["checks"].items() if not ok]
+    progress(
+        f"      loc_S vs Qwen logits max |diff| {report.logits_max_abs_diff:.1e}, top-1 agreement "
+        f"{report.top1_agreement:.3f}" + (f", greedy tokens {summary['greedy_match_tokens']}/"
+                                           f"{summary['greedy_total_tokens']}" if "greedy_total_tokens" in summary else "")
+    )
+    progress(f"      verification {'PASSED' if not failed else 'FAILED: ' + ', '.join(failed)} ({len(summary['checks'])} checks)")
+    if failed:
+        raise RuntimeError(f"the conversion of {settings.base} failed its verification: {', '.join(failed)}")
+    return converted, summary
+
+
+def _progress_callback(progress: Progress, max_steps: int):
+    from transformers import TrainerCallback
+
+    class DemoProgress(TrainerCallback):
+        """Forwards the training logs as one short line each."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            if "loss" in logs:
+                progress(
+                    f"      step {state.global_step:>4}/{max_steps}  loss {logs['loss']:.3f}  "
+                    f"cls {logs.get('cls_loss', float('nan')):.4f}  reg (Cauchy NLL) {logs.get('reg_loss', float('nan')):.3f}"
+                )
+            elif "eval_loss" in logs:
+                progress(f"      step {state.global_step:>4}/{max_steps}  held-out loss {logs['eval_loss']:.3f}")
+
+    return DemoProgress()
+
+
+def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress):
+    """Fine-tune the converted model with `causal_qwen.training` (the Trainer's own console log goes to a file)."""
+    from .train_config import TrainConfig
+    from .training import run_training
+
+    config = TrainConfig(model=str(converted), output_dir=str(out / "training"), **settings.training_overrides())
+    config.validate("demo settings")
+    log_file = out / "training" / "trainer_console.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
+        result = run_training(config, callbacks=[_progress_callback(progress, settings.max_steps)])
+    return result, config
+
+
+def held_out_documents(settings: DemoSettings):
+    from .evaluation import EvalData, load_documents
+
+    spec = EvalData(path=settings.data, template=settings.template, split_by=settings.split_by,
+                    split_at=settings.split_at, max_length=64)
+    return load_documents(spec)
+
+
+def target_number_index(template: str, target: str) -> int:
+    """Index from the end (−1 = last) of the target among the template's numbers, assuming each numeric
+    field renders as exactly one number and the template's literal text holds none."""
+    from .data import template_fields
+
+    fields = template_fields(template)
+    if target not in fields:
+        raise ValueError(f"the target field {target!r} is not in the template {template!r}")
+    return -(len(fields) - fields.index(target))
+
+
+def evaluate_model(model, tokenizer, documents, settings: DemoSettings, true_values: Tensor) -> dict[str, Any]:
+    """Number metrics at the target position of every held-out document, all-number metrics, and
+    language metrics on the first ``language_documents`` documents."""
+    from .evaluation import evaluate_documents
+
+    numbers_eval = evaluate_documents(model, tokenizer, documents, batch_size=128, max_length=64, language=False,
+                                      keep_individuals=True)
+    index = target_number_index(settings.template, settings.target)
+    target = numbers_eval.numbers.select(index)
+    if len(target) != len(true_values) or not torch.allclose(target.value, true_values, atol=1e-3):
+        raise RuntimeError(
+            f"the numbers at index {index} of the held-out texts are not the {settings.target} column: "
+            "check that the template renders each field as one number"
+        )
+    metrics = numbers_eval.metrics(number_index=index, metric_set="numbers")
+    all_numbers = numbers_eval.metrics(metric_set="numbers")
+    language_eval = evaluate_documents(model, tokenizer, documents[: settings.language_documents], batch_size=8,
+                                       max_length=64)
+    language = language_eval.metrics(metric_set="language")
+    return {"target": metrics, "all_numbers": all_numbers, "language": language, "predictions": target,
+            "all_predictions": numbers_eval.numbers}
+
+
+def make_plots(out: Path, model, tokenizer, evaluated: dict, baselines: dict, metrics_file: Path,
+               held_out_rows: list[dict], settings: DemoSettings) -> list[str]:
+    from . import plots
+    from .monitoring import read_metrics
+    from .predict import predict_next
+
+    target = evaluated["predictions"]
+    written = [plots.plot_training_curves(read_metrics(metrics_file), out / "training_curves.png")]
+
+    count = len(target)
+    chosen = torch.linspace(0, count - 1, min(6, count)).round().long().unique()
+    picked = target.subset(chosen)
+    titles = [f"{held_out_rows[int(d)][settings.split_by]}: " + held_out_rows[int(d)]["weather"]
+              if "weather" in held_out_rows[int(d)] else str(held_out_rows[int(d)][settings.split_by])
+              for d in picked.document]
+    written.append(plots.plot_number_densities(picked.value, picked.loc, picked.scale, out / "number_densities.png",
+                                               titles=titles, unit=f"{settings.target} (held-out day)"))
+
+    all_numbers = evaluated["all_predictions"]
+    written.append(plots.plot_calibration(
+        {f"{settings.target}, held-out days": target.central_rank(), "every number, held-out days": all_numbers.central_rank()},
+        out / "calibration.png",
+    ))
+
+    first = held_out_rows[0]
+    prompt = settings.template.split("{" + settings.target + "}")[0].format(**first).rstrip()
+    view = predict_next(model, tokenizer, prompt, top_k=10)
+    written.append(plots.plot_next_token([c.token for c in view.candidates],
+                                         [c.ovr_probability for c in view.candidates],
+                                         [c.softmax_probability for c in view.candidates],
+                                         out / "next_token.png", context=prompt))
+
+    written.append(plots.plot_individual_space(
+        target.loc_U, target.scale_U, out / "individual_space.png", color_values=target.value,
+        color_label=f"true {settings.target}",
+        title=f"Individual space at the {settings.target} position (PCA of loc_U; marker size ~ mean scale_U)",
+    ))
+
+    written.append(plots.plot_forecasts(
+        torch.arange(count, dtype=torch.float64), target.value, target.loc, target.scale, out / "forecasts.png",
+        baselines={"training median": baselines["_median_prediction"], "linear regression": baselines["_linear_prediction"]},
+        x_label=f"held-out day (from {held_out_rows[0][settings.split_by]})", y_label=settings.target,
+        title=f"Held-out {settings.target}: CausalQwen Cauchy median with central 50%/90% intervals vs baselines",
+    ))
+    return [str(Path(p).name) for p in written]
+
+
+def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings, progress: Progress) -> list[dict]:
+    """Complete the sentences of a few held-out days after "high " in each mode. Causal mode draws one
+    individual ε (seeded) on the first day and replays it on every day (the same individual under other
+    conditions); replaying it on the first day alone gives the same text again."""
+    from .generation import generate
+
+    prefix = settings.template.split("{" + settings.target + "}")[0]
+    picked = [rows[int(i)] for i in torch.linspace(0, len(rows) - 1, 3).round().long().unique()]
+    prompts = [prefix.format(**row) for row in picked]
+    common = dict(max_new_tokens=settings.generation_tokens)
+    records = []
+    for mode in ("standard", "traditional"):
+        options = dict(seed=settings.seed) if mode == "traditional" else {}
+        for row, result in zip(picked, generate(model, tokenizer, prompts, mode=mode, **common, **options)):
+            records.append({**_generation_record(result), "true": float(row[settings.target])})
+    first = generate(model, tokenizer, prompts[:1], mode="causal", seed=settings.seed, **common)[0]
+    individual = first.individual
+    replayed = generate(model, tokenizer, prompts, mode="causal", individual=individual, **common)
+    for row, prompt, result in zip(picked, prompts, replayed):
+        value = individual_number(model, tokenizer, prompt, individual)
+        records.append({**_generation_record(result), "true": float(row[settings.target]), "replayed_individual": True,
+                        "individual_number": value})
+    again = generate(model, tokenizer, prompts[:1], mode="causal", individual=individual, **common)[0]
+    records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
+    for record in records:
+        if "mode" in record:
+            extra = f", this individual's number {record['individual_number']:.3g}" if "individual_number" in record else ""
+            progress(f"      [{record['mode']:>11}] {record['prompt']!r} -> {record['text']!r}   (true {record['true']:g}{extra})")
+    progress(f"      causal individual ε (first 4 of {individual.numel()}): "
+             f"{[round(float(v), 3) for v in individual.reshape(-1)[:4]]}, replayed on {len(prompts)} days; "
+             f"replaying it on the first day gives the same text: {records[-1]['replay_check']['same_text']}")
+    return records
+
+
+@torch.no_grad()
+def individual_number(model, tokenizer, prompt: str, epsilon: Tensor) -> float:
+    """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U·tan(π(ε − ½))``
+    at the last position, then ``W_reg u + b_reg`` (DESIGN §6, causal mode)."""
+    from . import cauchy
+
+    encoded = tokenizer([prompt], return_tensors="pt")
+    out = model(input_ids=encoded["input_ids"], numeric_values=encoded["numeric_values"], logits_to_keep=1,
+                return_scores=False)
+    u = cauchy.sample(out.loc_U[0, -1].double(), out.scale_U[0, -1].double(), epsilon.reshape(-1).double())  # (C,)
+    head = model.action.regression_head
+    return float(head(u.to(head.weight.dtype)).squeeze())
+
+
+def _generation_record(result) -> dict[str, Any]:
+    data = result.to_dict()
+    data.pop("token_ids", None)
+    if data.get("individual") is not None:
+        data["individual"] = [round(v, 6) for v in data["individual"]]
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole demo
+# ---------------------------------------------------------------------------------------------------------
+def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict[str, Any]:
+    """Run every stage, write ``report.json`` and the PNGs into ``settings.out``; return the report."""
+    from .modeling import CausalQwenForCausalLM
+    from .tokenizer import NumericTokenizer
+
+    from .data import template_fields
+
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    out = prepare_output(settings.out)
+    fields = template_fields(settings.template)
+    rows = read_table(settings.data)
+    missing = [name for name in fields + [settings.split_by] if rows and name not in rows[0]]
+    if missing:
+        raise ValueError(f"{settings.data}: fields {missing} of the template/split are not columns")
+    train_rows, held_out_rows = split_rows(rows, settings.split_by, settings.split_at)
+    predictors = [name for name in fields if name != settings.target]
+
+    def stage(name: str, begin: float) -> None:
+        timings[name] = round(time.perf_counter() - begin, 2)
+
+    mode = "quick smoke run" if settings.quick else "full run"
+    progress(f"CausalQwen demo ({mode}) -> {out}")
+    progress(f"[1/7] convert {settings.base}")
+    begin = time.perf_counter()
+    converted, verification = convert_and_verify(settings, out, progress)
+    stage("convert_and_verify", begin)
+
+    progress(f"[3/7] fine-tune on {settings.data}: {len(train_rows)} days before {settings.split_at} "
+             f"(held out: {len(held_out_rows)}), {settings.max_steps} steps of {settings.batch_size}")
+    progress(f"      text per day: {settings.template!r}")
+    begin = time.perf_counter()
+    result, config = train(settings, converted, out, progress)
+    stage("train", begin)
+
+    progress(f"[4/7] evaluate on the {len(held_out_rows)} held-out days")
+    begin = time.perf_counter()
+    model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
+    tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
+    documents = held_out_documents(settings)
+    true_values = torch.tensor([float(row[settings.target]) for row in held_out_rows], dtype=torch.float64)
+    evaluated = evaluate_model(model, tokenizer, documents, settings, true_values)
+    stage("evaluate", begin)
+
+    progress(f"[5/7] baselines fitted on the {len(train_rows)} training days: median, linear on {predictors}")
+    baselines = baseline_metrics(train_rows, held_out_rows, predictors, settings.target)
+
+    report = _assemble_report(settings, evaluated, baselines, verification, result, config, predictors,
+                              len(train_rows), len(held_out_rows))
+    for line in format_table(report).splitlines():
+        progress("      " + line)
+
+    progress("[6/7] plots")
+    begin = time.perf_counter()
+    report["plots"] = make_plots(out, model, tokenizer, evaluated, baselines, result.metrics_file, held_out_rows,
+                                 settings)
+    stage("plots", begin)
+    progress("      " + ", ".join(report["plots"]))
+
+    progress("[7/7] generate (standard, traditional, causal with a replayed individual)")
+    begin = time.perf_counter()
+    report["generation"] = generate_examples(model, tokenizer, held_out_rows, settings, progress)
+    stage("generate", begin)
+
+    report["timings_s"] = timings
+    report["wall_time_s"] = round(time.perf_counter() - start, 1)
+    report["acceptance"] = {name: bool(check(report)) for name, check in ACCEPTANCE.items()}
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    progress(f"report written to {out / REPORT_FILE} ({report['wall_time_s']:.0f} s in all)")
+    return report
+
+
+def _assemble_report(settings, evaluated, baselines, verification, result, config, predictors, n_train, n_held) -> dict:
+    target = evaluated["target"]
+    report: dict[str, Any] = {
+        "base": settings.base,
+        "data": settings.data,
+        "template": settings.template,
+        "target": settings.target,
+        "split": {"by": settings.split_by, "at": settings.split_at, "train_rows": n_train, "held_out_rows": n_held},
+        "quick": settings.quick,
+        # the target position on the held-out days
+        "num_count": target["num_count"],
+        "num_mdae": target["num_mdae"],
+        "num_mape": target["num_mape"],
+        "num_nll": target["num_nll"],
+        "num_median_scale": target["num_median_scale"],
+        "coverage_50": target["coverage_50"],
+        "coverage_90": target["coverage_90"],
+        "calibration": target["calibration"],
+    }
+    report.update({key: value for key, value in baselines.items() if not key.startswith("_")})
+    report["all_numbers"] = {k: v for k, v in evaluated["all_numbers"].items() if k != "documents"}
+    report["language"] = {**evaluated["language"], "documents": settings.language_documents}
+    report["verification"] = verification
+    report["training"] = {
+        "steps": result.global_step,
+        "train_loss": result.train_loss,
+        "output_dir": str(result.output_dir),
+        "settings": {k: v for k, v in config.to_dict().items() if k in (
+            "model_config", "max_steps", "batch_size", "learning_rate", "backbone_learning_rate",
+            "numeric_embedding_learning_rate", "optim", "lr_scheduler_type", "warmup_steps", "seed")},
+    }
+    return report
+
+
+def format_table(report: dict) -> str:
+    """The held-out comparison as a text table."""
+    target = report["target"]
+    rows = [
+        ("CausalQwen, Cauchy median loc_Y", report["num_mdae"], report["coverage_50"], report["coverage_90"]),
+        (f"training median ({report['baseline_median_value']:.1f})", report["baseline_median_mdae"], None, None),
+        ("linear regression on " + ", ".join(report["baseline_linear_fields"]), report["baseline_linear_mdae"],
+         report["baseline_linear_coverage_50"], report["baseline_linear_coverage_90"]),
+    ]
+    width = max(len(r[0]) for r in rows)
+
+    def cell(value) -> str:
+        return f"{value:>9.3f}" if value is not None else f"{'-':>9}"
+
+    lines = [f"held-out days (n={report['num_count']}): predicted {target}",
+             f"{'':<{width}}  {'MdAE':>9}  {'cover 50':>9}  {'cover 90':>9}"]
+    lines += [f"{name:<{width}}  {cell(mdae)}  {cell(c50)}  {cell(c90)}" for name, mdae, c50, c90 in rows]
+    lines.append("(linear coverage: its least-squares fit with a Cauchy scale fitted to the training residuals)")
+    return "\n".join(lines)

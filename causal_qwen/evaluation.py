@@ -1,0 +1,458 @@
+"""Evaluation metrics: does the model predict tokens well, and does its number uncertainty mean something?
+
+Shape legend: B batch, S sequence, C causal size, V vocabulary rows, N positions with a target,
+M positions whose target is ``<NUM>``, n a chunk of positions.
+
+Targets follow the training convention (DESIGN §5): position i predicts ``labels[i+1]`` and, when that is
+``<NUM>``, the value ``numeric_values[i+1]``. Padded positions and ``-100`` labels are skipped.
+
+Language metrics, over the N target positions (each position weighs the same, as in Qwen's own loss):
+
+    perplexity             = exp( mean_i −log softmax(loc_S_i)[t_i] )
+    token_accuracy_softmax = mean_i [argmax_k loc_S_ik = t_i]                       (traditional decision)
+    token_accuracy_ovr     = mean_i [argmax_k P_ik = t_i],  P_ik = P(S_ik > C_k)     (standard decision)
+    ovr_target_prob        = mean_i P_{i,t_i}
+    ovr_prob_sum           = mean_i Σ_k P_ik
+
+Number metrics, over the M positions whose target is ``<NUM>`` with value y (a Cauchy has no mean, so the
+point prediction is the median ``loc_Y``):
+
+    num_mdae     = median_j |y_j − loc_Y_j|
+    num_mape     = 100 · mean_{j: y_j ≠ 0} |y_j − loc_Y_j| / |y_j|
+    num_nll      = mean_j log(π·scale_Y_j) + log1p(((y_j − loc_Y_j)/scale_Y_j)²)
+    coverage_p   = mean_j [ |y_j − loc_Y_j| ≤ scale_Y_j·tan(π·p/2) ]      (central p-interval)
+
+Calibration uses the *central rank* ``r_j = (2/π)·|atan((y_j − loc_Y_j)/scale_Y_j)|`` = ``|2F(y_j) − 1|``:
+``y_j`` lies in the central p-interval iff ``r_j ≤ p``, so for a calibrated model ``r`` is uniform on [0, 1]
+and the empirical coverage at every nominal level p equals p.
+
+The vocabulary-wide scores are built from ``loc_U``/``scale_U`` for a chunk of target positions at a time,
+so at most (n, V) floats exist at once — never (B, S, V).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import torch
+from torch import Tensor
+
+from . import cauchy, losses
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+METRIC_SETS = ("auto", "all", "language", "numbers")
+# Floats per (n, V) work tensor: 2**24 fp32 = 64 MiB; a chunk holds a handful of them.
+SCORE_ELEMENTS_PER_CHUNK = 1 << 24
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-number predictions
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class NumberPredictions:
+    """The regression head's prediction at every ``<NUM>`` target (M of them).
+
+    value, loc, scale: (M,) float64 — the true value, the Cauchy median ``loc_Y`` and scale ``scale_Y``.
+    document: (M,) long — index of the document (in evaluation order); position: (M,) long — the position i
+    that predicts the number (the number itself sits at i+1); ordinal: (M,) long — 0 for the first number of
+    its document; from_end: (M,) long — 0 for the last number of its document.
+    loc_U, scale_U: (M,C) the individual representation at those positions, kept only when asked for.
+    """
+
+    value: Tensor
+    loc: Tensor
+    scale: Tensor
+    document: Tensor
+    position: Tensor
+    ordinal: Tensor
+    from_end: Tensor
+    loc_U: Tensor | None = None
+    scale_U: Tensor | None = None
+
+    FIELDS = ("value", "loc", "scale", "document", "position", "ordinal", "from_end", "loc_U", "scale_U")
+
+    @classmethod
+    def empty(cls) -> "NumberPredictions":
+        floats = torch.zeros(0, dtype=torch.float64)
+        longs = torch.zeros(0, dtype=torch.long)
+        return cls(floats, floats, floats, longs, longs, longs, longs)
+
+    @classmethod
+    def concatenate(cls, parts: list["NumberPredictions"]) -> "NumberPredictions":
+        if not parts:
+            return cls.empty()
+        joined = {}
+        for name in cls.FIELDS:
+            pieces = [getattr(part, name) for part in parts]
+            joined[name] = None if any(piece is None for piece in pieces) else torch.cat(pieces)
+        return cls(**joined)
+
+    def __len__(self) -> int:
+        return int(self.value.numel())
+
+    def select(self, number_index: int | None) -> "NumberPredictions":
+        """Keep the ``number_index``-th number of each document (``-1`` the last, ``-2`` the one before, …);
+        ``None`` keeps all."""
+        if number_index is None:
+            return self
+        if not isinstance(number_index, int) or isinstance(number_index, bool):
+            raise TypeError(f"number_index must be an int or None, got {type(number_index).__name__}")
+        keep = self.ordinal == number_index if number_index >= 0 else self.from_end == -number_index - 1  # (M,)
+        return self.subset(keep)
+
+    def subset(self, keep: Tensor) -> "NumberPredictions":
+        """The numbers where ``keep`` (a boolean mask or index tensor) selects."""
+        return NumberPredictions(
+            **{name: None if getattr(self, name) is None else getattr(self, name)[keep] for name in self.FIELDS}
+        )
+
+    def central_rank(self) -> Tensor:
+        """``r = (2/π)·|atan((y − loc)/scale)|`` (M,): y is inside the central p-interval iff ``r ≤ p``."""
+        return (2.0 / math.pi) * torch.atan((self.value - self.loc).abs() / self.scale)
+
+    def interval(self, coverage: float) -> tuple[Tensor, Tensor]:
+        """Central ``coverage`` interval ``loc ± scale·tan(π·coverage/2)``: (M,), (M,)."""
+        return cauchy.central_interval(self.loc, self.scale, coverage)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metric formulas (pure functions, checked against hand-computed values in the tests)
+# ---------------------------------------------------------------------------------------------------------
+def median_absolute_error(value: Tensor, prediction: Tensor) -> float:
+    """``median |y − ŷ|`` (the mean of the two middle values for an even count)."""
+    errors = (value - prediction).abs().double()
+    if errors.numel() == 0:
+        return float("nan")
+    return float(errors.quantile(0.5))
+
+
+def mean_absolute_percentage_error(value: Tensor, prediction: Tensor) -> tuple[float, int]:
+    """``100·mean |y − ŷ|/|y|`` over the targets with ``y ≠ 0``, and how many targets that leaves."""
+    nonzero = value != 0
+    count = int(nonzero.sum())
+    if count == 0:
+        return float("nan"), 0
+    ratios = (value[nonzero] - prediction[nonzero]).abs() / value[nonzero].abs()
+    return float(100.0 * ratios.double().mean()), count
+
+
+def coverage(predictions: NumberPredictions, level: float) -> float:
+    """Fraction of the true values inside their central ``level`` interval."""
+    if not 0 < level < 1:
+        raise ValueError(f"coverage level must lie strictly between 0 and 1, got {level}")
+    if len(predictions) == 0:
+        return float("nan")
+    low, high = predictions.interval(level)
+    inside = (predictions.value >= low) & (predictions.value <= high)
+    return float(inside.double().mean())
+
+
+def calibration_table(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> list[dict]:
+    """``[{"nominal": p, "empirical": coverage(p)}, …]`` for each nominal level."""
+    return [{"nominal": float(level), "empirical": coverage(predictions, level)} for level in levels]
+
+
+def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> dict[str, Any]:
+    """The number metrics of the module docstring for ``predictions`` (NaN when there are none)."""
+    levels = tuple(levels)
+    count = len(predictions)
+    mape, mape_count = mean_absolute_percentage_error(predictions.value, predictions.loc)
+    nll = cauchy.nll(predictions.value, predictions.loc, predictions.scale)  # (M,)
+    return {
+        "num_count": count,
+        "num_mdae": median_absolute_error(predictions.value, predictions.loc),
+        "num_mape": mape,
+        "num_mape_count": mape_count,
+        "num_nll": float(nll.mean()) if count else float("nan"),
+        "num_median_scale": float(predictions.scale.quantile(0.5)) if count else float("nan"),
+        "coverage_50": coverage(predictions, 0.5),
+        "coverage_90": coverage(predictions, 0.9),
+        "calibration": calibration_table(predictions, levels) if count else [],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Accumulating over batches
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class TokenTotals:
+    """Running sums of the language metrics over target positions."""
+
+    count: int = 0
+    nll_sum: float = 0.0
+    correct_softmax: int = 0
+    correct_ovr: int = 0
+    target_prob_sum: float = 0.0
+    prob_sum_sum: float = 0.0
+
+    def add(self, other: "TokenTotals") -> None:
+        self.count += other.count
+        self.nll_sum += other.nll_sum
+        self.correct_softmax += other.correct_softmax
+        self.correct_ovr += other.correct_ovr
+        self.target_prob_sum += other.target_prob_sum
+        self.prob_sum_sum += other.prob_sum_sum
+
+    def metrics(self) -> dict[str, Any]:
+        if self.count == 0:
+            nan = float("nan")
+            return dict(token_count=0, perplexity=nan, nll=nan, token_accuracy_softmax=nan, token_accuracy_ovr=nan,
+                        ovr_target_prob=nan, ovr_prob_sum=nan)
+        mean_nll = self.nll_sum / self.count
+        return {
+            "token_count": self.count,
+            "nll": mean_nll,
+            "perplexity": math.exp(mean_nll) if mean_nll < 700 else float("inf"),
+            "token_accuracy_softmax": self.correct_softmax / self.count,
+            "token_accuracy_ovr": self.correct_ovr / self.count,
+            "ovr_target_prob": self.target_prob_sum / self.count,
+            "ovr_prob_sum": self.prob_sum_sum / self.count,
+        }
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate_batches` found: the language totals and every number prediction."""
+
+    tokens: TokenTotals = field(default_factory=TokenTotals)
+    numbers: NumberPredictions = field(default_factory=NumberPredictions.empty)
+    documents: int = 0
+    language: bool = True
+
+    def metrics(
+        self, number_index: int | None = None, levels: Iterable[float] = CALIBRATION_LEVELS, metric_set: str = "auto"
+    ) -> dict[str, Any]:
+        """The flat metrics dictionary (JSON-ready). ``metric_set``: ``"language"``, ``"numbers"``, ``"all"``
+        (both; the number part must exist) or ``"auto"`` (numbers only when there are some)."""
+        if metric_set not in METRIC_SETS:
+            raise ValueError(f"metric set must be one of {METRIC_SETS}, got {metric_set!r}")
+        result: dict[str, Any] = {"documents": self.documents}
+        if metric_set in ("all", "language") and not self.language:
+            raise ValueError("language metrics were asked for but this evaluation skipped them (language=False)")
+        if metric_set in ("auto", "all", "language") and self.language:
+            result.update(self.tokens.metrics())
+        if metric_set != "language":
+            selected = self.numbers.select(number_index)
+            if len(selected) == 0 and metric_set != "auto":
+                where = "" if number_index is None else f" at number index {number_index}"
+                raise ValueError(
+                    f"number metrics were asked for but the data has no numbers{where} "
+                    f"(no <NUM> targets among {self.tokens.count} target tokens)"
+                )
+            if len(selected):
+                result.update(number_metrics(selected, levels))
+                result["number_index"] = number_index
+        return result
+
+
+@torch.no_grad()
+def evaluate_batches(
+    model,
+    batches: Iterable[dict[str, Tensor]],
+    chunk_positions: int | None = None,
+    keep_individuals: bool = False,
+    language: bool = True,
+    progress=None,
+) -> Evaluation:
+    """Run ``model`` over ``batches`` (dicts with ``input_ids``, ``numeric_values``, ``attention_mask`` and
+    optionally ``labels``, all (B,S)) and accumulate every metric of the module docstring.
+
+    ``chunk_positions``: target positions scored against the whole vocabulary at once (default: as many as
+    fit in `SCORE_ELEMENTS_PER_CHUNK` floats). ``keep_individuals``: also keep ``loc_U``/``scale_U`` (M,C) at
+    the positions that predict numbers. ``language=False`` skips the vocabulary-wide scores (only the number
+    metrics are then available; far cheaper for a large vocabulary). ``progress``: optional callable taking
+    the batch index.
+    """
+    was_training = model.training
+    model.eval()
+    evaluation = Evaluation(language=language)
+    parts: list[NumberPredictions] = []
+    try:
+        for index, batch in enumerate(batches):
+            totals, numbers, documents = _evaluate_batch(
+                model, batch, chunk_positions, evaluation.documents, keep_individuals, language
+            )
+            evaluation.tokens.add(totals)
+            parts.append(numbers)
+            evaluation.documents += documents
+            if progress is not None:
+                progress(index)
+    finally:
+        model.train(was_training)
+    evaluation.numbers = NumberPredictions.concatenate(parts)
+    logger.info(
+        "evaluated %d documents: %d target tokens, %d number targets",
+        evaluation.documents, evaluation.tokens.count, len(evaluation.numbers),
+    )
+    return evaluation
+
+
+def _evaluate_batch(
+    model,
+    batch: dict[str, Tensor],
+    chunk_positions: int | None,
+    document_offset: int,
+    keep_individuals: bool,
+    language: bool,
+) -> tuple[TokenTotals, NumberPredictions, int]:
+    input_ids, numeric_values, attention_mask, labels = _batch_tensors(model, batch)
+    out = model(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask, return_scores=False)
+    targets = losses.shift_targets(labels, numeric_values, attention_mask)
+    batch_size, length = input_ids.shape
+    causal_size = out.loc_U.shape[-1]
+    if language:
+        loc_U = out.loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
+        scale_U = out.scale_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
+        totals = _token_totals(model, loc_U, scale_U, targets.token_ids, chunk_positions)
+    else:
+        totals = TokenTotals(count=int(targets.positions.numel()))
+
+    num_id = model.config.num_token_id
+    grid_targets = labels[:, 1:]  # (B,S-1)
+    valid = torch.zeros(batch_size * (length - 1), dtype=torch.bool, device=input_ids.device)
+    valid[targets.positions] = True
+    is_number = valid.view(batch_size, length - 1) & (grid_targets == num_id)  # (B,S-1)
+    ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1)
+    count = is_number.long().sum(dim=1, keepdim=True)  # (B,1)
+    from_end = count - 1 - ordinal  # (B,S-1)
+    rows, cols = is_number.nonzero(as_tuple=True)  # (M,), (M,)
+    numbers = NumberPredictions(
+        value=numeric_values[:, 1:][rows, cols].double().cpu(),
+        loc=out.loc_Y[:, :-1][rows, cols].double().cpu(),
+        scale=out.scale_Y[:, :-1][rows, cols].double().cpu(),
+        document=(rows + document_offset).cpu(),
+        position=cols.cpu(),
+        ordinal=ordinal[rows, cols].cpu(),
+        from_end=from_end[rows, cols].cpu(),
+    )
+    if keep_individuals:
+        numbers.loc_U = out.loc_U[:, :-1][rows, cols].float().cpu()  # (M,C)
+        numbers.scale_U = out.scale_U[:, :-1][rows, cols].float().cpu()  # (M,C)
+    return totals, numbers, batch_size
+
+
+def _batch_tensors(model, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``input_ids, numeric_values, attention_mask, labels`` on the model's device; labels default to
+    ``input_ids`` with ``-100`` at padding."""
+    if not isinstance(batch, dict) or "input_ids" not in batch:
+        raise ValueError("each batch must be a dict with at least 'input_ids'")
+    device = next(model.parameters()).device
+    input_ids = batch["input_ids"].to(device)
+    if input_ids.dim() != 2 or input_ids.shape[1] < 2:
+        raise ValueError(f"input_ids must be (B, S) with S >= 2, got {tuple(input_ids.shape)}")
+    numeric_values = batch.get("numeric_values")
+    numeric_values = torch.zeros(input_ids.shape) if numeric_values is None else numeric_values
+    numeric_values = numeric_values.to(device=device, dtype=torch.float32)
+    attention_mask = batch.get("attention_mask")
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
+    labels = batch.get("labels")
+    if labels is None:
+        labels = input_ids.masked_fill(attention_mask == 0, losses.IGNORE_INDEX)
+    return input_ids, numeric_values, attention_mask, labels.to(device)
+
+
+def _token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chunk_positions: int | None) -> TokenTotals:
+    """Language sums over N positions, scoring ``chunk`` positions against all V ids at a time.
+
+    loc_U, scale_U: (N,C); target_ids: (N,)
+    """
+    vocab = model.config.vocab_size
+    chunk = chunk_positions or max(1, SCORE_ELEMENTS_PER_CHUNK // vocab)
+    totals = TokenTotals(count=int(target_ids.numel()))
+    for start in range(0, target_ids.numel(), chunk):
+        part = slice(start, start + chunk)
+        targets = target_ids[part].unsqueeze(1)  # (n,1)
+        loc_S, scale_S = model.action.classify(loc_U[part], scale_U[part])  # (n,V) each
+        loc_S = loc_S.float()
+        log_softmax = torch.log_softmax(loc_S, dim=-1)  # (n,V)
+        totals.nll_sum -= float(log_softmax.gather(1, targets).double().sum())
+        totals.correct_softmax += int((loc_S.argmax(dim=-1, keepdim=True) == targets).sum())
+        del log_softmax
+        probs = model.ovr_probabilities(loc_S, scale_S.float())  # (n,V)
+        totals.correct_ovr += int((probs.argmax(dim=-1, keepdim=True) == targets).sum())
+        totals.target_prob_sum += float(probs.gather(1, targets).double().sum())
+        totals.prob_sum_sum += float(probs.double().sum(dim=-1).sum())
+    return totals
+
+
+# ---------------------------------------------------------------------------------------------------------
+# From a data file
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvalData:
+    """How to read the evaluation documents (`causal_qwen.data` does the reading).
+
+    path: JSONL, text or CSV file (or ``vega:NAME``); template / text_field / text_unit: as in
+    `causal_qwen.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
+    ``>= split_at`` (the held-out part of a split by date); max_length: tokens per document (longer are cut).
+    """
+
+    path: str
+    template: str | None = None
+    text_field: str = "text"
+    text_unit: str = "line"
+    split_by: str | None = None
+    split_at: Any = None
+    max_length: int = 512
+    add_eos: bool = True
+
+
+def load_documents(spec: EvalData) -> list:
+    """The `Document`s to evaluate (only the held-out side when ``split_at`` is given)."""
+    from .data import DataSource, SplitSpec, read_documents, split_documents
+
+    if (spec.split_by is None) != (spec.split_at is None):
+        raise ValueError("split_by and split_at go together (evaluate rows whose split_by value is >= split_at)")
+    source = DataSource(
+        path=spec.path, template=spec.template, text_field=spec.text_field, text_unit=spec.text_unit,
+        split_by=spec.split_by,
+    )
+    documents = read_documents(source)
+    if spec.split_by is not None:
+        _, documents = split_documents(documents, SplitSpec(split_by=spec.split_by, split_at=spec.split_at))
+    return documents
+
+
+def iterate_batches(examples, collator, batch_size: int) -> Iterator[dict[str, Tensor]]:
+    """Consecutive padded batches of ``batch_size`` examples (evaluation order = file order)."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    for start in range(0, len(examples), batch_size):
+        yield collator([examples[i] for i in range(start, min(start + batch_size, len(examples)))])
+
+
+def evaluate_documents(
+    model,
+    tokenizer,
+    documents,
+    batch_size: int = 8,
+    max_length: int = 512,
+    add_eos: bool = True,
+    keep_individuals: bool = False,
+    language: bool = True,
+) -> Evaluation:
+    """Tokenize ``documents`` (with `causal_qwen.collator`), pad them right in batches and evaluate."""
+    from .collator import NumericCollator, tokenize_documents
+
+    examples = tokenize_documents(documents, tokenizer, max_length=max_length, add_eos=add_eos)
+    pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else tokenizer.eos_token_id
+    collator = NumericCollator(pad_token_id=pad_id, padding_side="right")
+    return evaluate_batches(
+        model, iterate_batches(examples, collator, batch_size), keep_individuals=keep_individuals, language=language
+    )
+
+
+def evaluate_data(
+    model, tokenizer, spec: EvalData, batch_size: int = 8, keep_individuals: bool = False, language: bool = True
+) -> Evaluation:
+    """`load_documents` then `evaluate_documents`."""
+    documents = load_documents(spec)
+    return evaluate_documents(
+        model, tokenizer, documents, batch_size=batch_size, max_length=spec.max_length, add_eos=spec.add_eos,
+        keep_individuals=keep_individuals, language=language,
+    )

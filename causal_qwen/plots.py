@@ -1,0 +1,324 @@
+"""PNG figures (matplotlib, Agg canvas; no global pyplot state): each function draws one figure from plain
+tensors or records, writes it to ``path`` and returns the path.
+
+Shape legend: M numbers, P points of the individual space, C causal size, K next-token candidates.
+
+- `plot_number_densities`: the predictive Cauchy density ``f(y) = 1/(π·γ·(1 + ((y − μ)/γ)²))`` of chosen
+  numbers (μ = loc_Y, γ = scale_Y), with the central 50%/90% intervals ``μ ± γ·tan(π·p/2)`` shaded and the
+  true value marked.
+- `plot_calibration`: nominal vs empirical coverage of the central intervals (the diagonal is perfect).
+- `plot_next_token`: top-k next-token OvR probabilities ``P_k`` next to the softmax probabilities.
+- `plot_individual_space`: a 2-D PCA projection (``torch.pca_lowrank``) of ``loc_U``; marker area grows
+  with the mean of ``scale_U`` over the C components.
+- `plot_training_curves`: losses and monitoring figures per step from ``metrics.jsonl`` records.
+- `plot_forecasts`: held-out true values against the Cauchy median with its 50%/90% bands, and baselines.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+DPI = 110
+TRUE_COLOR = "#d62728"
+MEDIAN_COLOR = "#1f77b4"
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure, path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"plot output must be a .png file, got {str(path)!r}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, bbox_inches="tight")
+    except OSError as error:
+        raise ValueError(f"cannot write {str(path)!r}: {error}") from error
+    logger.info("wrote %s", path)
+    return path
+
+
+def _as_1d(name: str, values: Any) -> Tensor:
+    tensor = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    if tensor.numel() == 0:
+        raise ValueError(f"{name} is empty: nothing to plot")
+    return tensor
+
+
+# ---------------------------------------------------------------------------------------------------------
+def plot_number_densities(
+    values: Sequence[float] | Tensor,
+    locs: Sequence[float] | Tensor,
+    scales: Sequence[float] | Tensor,
+    path: str | Path,
+    titles: Sequence[str] | None = None,
+    unit: str = "value",
+    columns: int = 3,
+) -> Path:
+    """One panel per number: Cauchy(loc, scale) density, 50%/90% central intervals, the true value marked."""
+    values, locs, scales = _as_1d("values", values), _as_1d("locs", locs), _as_1d("scales", scales)
+    if not values.numel() == locs.numel() == scales.numel():
+        raise ValueError(f"values, locs and scales must have equal lengths, got {values.numel()}, {locs.numel()}, "
+                         f"{scales.numel()}")
+    if (scales <= 0).any():
+        raise ValueError("every scale must be positive")
+    count = values.numel()
+    columns = max(1, min(columns, count))
+    rows = math.ceil(count / columns)
+    figure = _figure(4.2 * columns, 3.0 * rows)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    for index in range(rows * columns):
+        axis = axes[index // columns][index % columns]
+        if index >= count:
+            axis.set_visible(False)
+            continue
+        y, mu, gamma = float(values[index]), float(locs[index]), float(scales[index])
+        half_90 = gamma * math.tan(math.pi * 0.45)
+        low = min(mu - 1.2 * half_90, y - 0.15 * half_90)
+        high = max(mu + 1.2 * half_90, y + 0.15 * half_90)
+        grid = torch.linspace(low, high, 600, dtype=torch.float64)  # (600,)
+        density = 1.0 / (math.pi * gamma * (1.0 + ((grid - mu) / gamma) ** 2))  # (600,)
+        axis.plot(grid.numpy(), density.numpy(), color=MEDIAN_COLOR, lw=1.8, label="predictive density")
+        for level, alpha in ((0.9, 0.15), (0.5, 0.3)):
+            half = gamma * math.tan(math.pi * level / 2)
+            inside = (grid >= mu - half) & (grid <= mu + half)
+            axis.fill_between(grid[inside].numpy(), density[inside].numpy(), color=MEDIAN_COLOR, alpha=alpha,
+                              label=f"central {int(level * 100)}% interval")
+        axis.axvline(mu, color=MEDIAN_COLOR, ls="--", lw=1, label=f"median {mu:.3g}")
+        axis.axvline(y, color=TRUE_COLOR, lw=2, label=f"true {y:.3g}")
+        title = titles[index] if titles is not None and index < len(titles) else f"number {index + 1}"
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel(unit)
+        axis.set_ylabel("density")
+        axis.set_ylim(bottom=0)
+        if index == 0:
+            axis.legend(fontsize=7, loc="upper left", framealpha=0.8)
+        else:
+            axis.text(0.02, 0.96, f"median {mu:.3g}\ntrue {y:.3g}", transform=axis.transAxes, va="top", fontsize=7)
+    figure.suptitle("Predictive Cauchy densities of numbers (true value in red)")
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def plot_calibration(series: Mapping[str, Tensor], path: str | Path, levels: Iterable[float] | None = None) -> Path:
+    """Calibration curve(s). ``series`` maps a name to the central ranks ``r = |2F(y) − 1|`` (M,) of its
+    numbers (`NumberPredictions.central_rank`): the empirical coverage at level p is ``mean(r ≤ p)``."""
+    from .evaluation import CALIBRATION_LEVELS
+
+    if not series:
+        raise ValueError("plot_calibration needs at least one series of central ranks")
+    levels = tuple(CALIBRATION_LEVELS if levels is None else levels)
+    figure = _figure(5.5, 5.0)
+    axis = figure.subplots()
+    axis.plot([0, 1], [0, 1], color="grey", ls=":", lw=1, label="perfect calibration")
+    fine = torch.linspace(0, 1, 201, dtype=torch.float64)  # (201,)
+    for name, ranks in series.items():
+        ranks = _as_1d(f"central ranks of {name!r}", ranks)
+        curve = (ranks.unsqueeze(0) <= fine.unsqueeze(1)).double().mean(dim=1)  # (201,)
+        line = axis.plot(fine.numpy(), curve.numpy(), lw=1.5, label=f"{name} (n={ranks.numel()})")[0]
+        at_levels = [(float((ranks <= p).double().mean())) for p in levels]
+        axis.plot(levels, at_levels, "o", color=line.get_color(), ms=5)
+    axis.set_xlim(0, 1)
+    axis.set_ylim(0, 1)
+    axis.set_xlabel("nominal coverage of the central interval")
+    axis.set_ylabel("empirical coverage (fraction of true values inside)")
+    axis.set_title("Calibration of the Cauchy number predictions")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left")
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def plot_next_token(
+    tokens: Sequence[str],
+    ovr_probabilities: Sequence[float],
+    softmax_probabilities: Sequence[float],
+    path: str | Path,
+    context: str = "",
+) -> Path:
+    """Top-k candidates (K,) as horizontal bars: OvR ``P_k`` (independent; need not sum to 1) beside softmax."""
+    ovr = _as_1d("ovr_probabilities", ovr_probabilities)
+    soft = _as_1d("softmax_probabilities", softmax_probabilities)
+    if not len(tokens) == ovr.numel() == soft.numel():
+        raise ValueError("tokens, ovr_probabilities and softmax_probabilities must have equal lengths")
+    # Non-ASCII tokens are shown escaped: the default font lacks CJK and most other scripts.
+    labels = [token if token == "<NUM>" else repr(token) if token.isascii() else ascii(token) for token in tokens]
+    positions = torch.arange(len(tokens)).numpy()
+    figure = _figure(10, 0.45 * len(tokens) + 1.8)
+    left, right = figure.subplots(1, 2, sharey=True)
+    left.barh(positions, ovr.numpy(), color=MEDIAN_COLOR)
+    left.set_title("One-vs-Rest  P(S_k > C_k)")
+    left.set_xlabel("OvR probability")
+    left.set_ylabel("candidate token (ranked by OvR)")
+    right.barh(positions, soft.numpy(), color="#ff7f0e")
+    right.set_title("softmax over loc_S")
+    right.set_xlabel("softmax probability")
+    left.set_yticks(positions)
+    left.set_yticklabels(labels, fontsize=8)
+    left.invert_yaxis()
+    for axis, data in ((left, ovr), (right, soft)):
+        axis.set_xlim(0, max(float(data.max()) * 1.15, 1e-6))
+        for y, x in zip(positions, data.tolist()):
+            axis.text(x, y, f" {x:.3g}", va="center", fontsize=7)
+    shown = context if len(context) <= 80 else "…" + context[-79:]
+    figure.suptitle(f"Next-token probabilities after: {shown!r}", fontsize=10)
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def project_2d(loc_U: Tensor) -> tuple[Tensor, Tensor]:
+    """PCA of ``loc_U`` (P,C) → coordinates (P,2) and the fraction of variance of each of the 2 axes (2,)."""
+    if loc_U.dim() != 2 or loc_U.shape[0] < 2:
+        raise ValueError(f"loc_U must be (P, C) with P >= 2 points, got {tuple(loc_U.shape)}")
+    data = loc_U.double()
+    centred = data - data.mean(dim=0, keepdim=True)  # (P,C)
+    q = min(2, *centred.shape)
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(0)  # pca_lowrank draws a random sketch; keep the picture deterministic
+        _, singular, basis = torch.pca_lowrank(centred, q=q, center=False)  # basis: (C,q)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    coords = centred @ basis  # (P,q)
+    if q < 2:
+        coords = torch.cat([coords, torch.zeros(coords.shape[0], 2 - q, dtype=coords.dtype)], dim=1)  # (P,2)
+        singular = torch.cat([singular, torch.zeros(2 - q, dtype=singular.dtype)])
+    total = centred.pow(2).sum().clamp_min(1e-300)
+    return coords, singular[:2].pow(2) / total
+
+
+def plot_individual_space(
+    loc_U: Tensor,
+    scale_U: Tensor,
+    path: str | Path,
+    color_values: Sequence[float] | Tensor | None = None,
+    color_label: str = "",
+    title: str = "Individual space: PCA of loc_U (marker size ~ mean scale_U)",
+) -> Path:
+    """Scatter of ``loc_U`` (P,C) projected on its first two principal axes; area ∝ mean ``scale_U`` (P,C)."""
+    if scale_U.shape != loc_U.shape:
+        raise ValueError(f"scale_U has shape {tuple(scale_U.shape)}, loc_U {tuple(loc_U.shape)}")
+    coords, explained = project_2d(loc_U)
+    mean_scale = scale_U.double().mean(dim=1)  # (P,)
+    spread = (mean_scale - mean_scale.min()) / (mean_scale.max() - mean_scale.min()).clamp_min(1e-12)
+    sizes = 12 + 140 * spread  # (P,)
+    figure = _figure(6.8, 5.4)
+    axis = figure.subplots()
+    kwargs: dict[str, Any] = {"s": sizes.numpy(), "alpha": 0.65, "edgecolors": "none"}
+    if color_values is not None:
+        colors = _as_1d("color_values", color_values)
+        if colors.numel() != coords.shape[0]:
+            raise ValueError(f"color_values has {colors.numel()} entries for {coords.shape[0]} points")
+        points = axis.scatter(coords[:, 0].numpy(), coords[:, 1].numpy(), c=colors.numpy(), cmap="coolwarm", **kwargs)
+        figure.colorbar(points, ax=axis, label=color_label or "value")
+    else:
+        axis.scatter(coords[:, 0].numpy(), coords[:, 1].numpy(), color=MEDIAN_COLOR, **kwargs)
+    axis.set_xlabel(f"principal axis 1 ({100 * float(explained[0]):.1f}% of variance)")
+    axis.set_ylabel(f"principal axis 2 ({100 * float(explained[1]):.1f}% of variance)")
+    axis.set_title(title, fontsize=10)
+    low, high = float(mean_scale.min()), float(mean_scale.max())
+    axis.text(0.01, 0.01, f"mean scale_U from {low:.3g} (small) to {high:.3g} (large), {coords.shape[0]} points",
+              transform=axis.transAxes, fontsize=7, color="dimgrey")
+    axis.grid(alpha=0.3)
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+TRAINING_PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("loss", ("loss", "eval_loss")),
+    ("classification loss (OvR)", ("cls_loss", "eval_cls_loss")),
+    ("regression loss (Cauchy NLL)", ("reg_loss", "eval_reg_loss")),
+    ("token accuracy / P(target)", ("token_accuracy", "p_target")),
+    ("mean scale_U", ("scale_U_mean",)),
+    ("learning rate", ("lr",)),
+)
+
+
+def plot_training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """One panel per figure group that has data (``step`` on the x axis), from ``metrics.jsonl`` records."""
+    panels = []
+    for title, keys in TRAINING_PANELS:
+        lines = []
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if "step" in r and isinstance(r.get(key), (int, float))]
+            if points:
+                lines.append((key, points))
+        if lines:
+            panels.append((title, lines))
+    if not panels:
+        raise ValueError("the metrics records hold no step with a loss or monitoring figure to plot")
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure = _figure(4.6 * columns, 3.8 * rows)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    for index in range(rows * columns):
+        axis = axes[index // columns][index % columns]
+        if index >= len(panels):
+            axis.set_visible(False)
+            continue
+        title, lines = panels[index]
+        for key, points in lines:
+            steps, values = zip(*points)
+            style = "o-" if key.startswith("eval_") or len(points) < 3 else "-"
+            axis.plot(steps, values, style, ms=3, lw=1.3, label=key)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("optimizer step")
+        axis.set_ylabel(title.split(" (")[0])
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.suptitle("Training curves (metrics.jsonl)")
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def plot_forecasts(
+    x: Sequence[float] | Tensor,
+    true: Sequence[float] | Tensor,
+    locs: Sequence[float] | Tensor,
+    scales: Sequence[float] | Tensor,
+    path: str | Path,
+    baselines: Mapping[str, Sequence[float] | Tensor] | None = None,
+    x_label: str = "held-out row",
+    y_label: str = "value",
+    title: str = "Held-out predictions: Cauchy median with central 50%/90% intervals",
+) -> Path:
+    """True values (M,) against the Cauchy medians (M,) with their 50%/90% bands, plus baseline predictions."""
+    x, true, locs, scales = (_as_1d(n, v) for n, v in (("x", x), ("true", true), ("locs", locs), ("scales", scales)))
+    if not x.numel() == true.numel() == locs.numel() == scales.numel():
+        raise ValueError("x, true, locs and scales must have equal lengths")
+    figure = _figure(11, 4.2)
+    axis = figure.subplots()
+    for level, alpha in ((0.9, 0.15), (0.5, 0.3)):
+        half = scales * math.tan(math.pi * level / 2)
+        axis.fill_between(x.numpy(), (locs - half).numpy(), (locs + half).numpy(), color=MEDIAN_COLOR, alpha=alpha,
+                          lw=0, label=f"central {int(level * 100)}% interval")
+    axis.plot(x.numpy(), locs.numpy(), color=MEDIAN_COLOR, lw=1.2, label="CausalQwen median loc_Y")
+    for (name, values), color in zip((baselines or {}).items(), ("#2ca02c", "#9467bd", "#8c564b")):
+        values = _as_1d(name, values)
+        axis.plot(x.numpy(), values.numpy(), color=color, lw=1, ls="--", label=name)
+    axis.plot(x.numpy(), true.numpy(), ".", color=TRUE_COLOR, ms=4, label="true value")
+    bands = torch.cat([locs - scales * math.tan(math.pi * 0.45), locs + scales * math.tan(math.pi * 0.45), true])
+    low, high = float(bands.quantile(0.01)), float(bands.quantile(0.99))
+    margin = 0.05 * (high - low + 1e-9)
+    axis.set_ylim(low - margin, high + margin)
+    axis.set_xlabel(x_label)
+    axis.set_ylabel(y_label)
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=3, loc="upper left")
+    return _save(figure, path)

@@ -1,0 +1,164 @@
+"""The next-step view: what CausalQwen would decide right after a text, every score side by side.
+
+Shape legend: P prompt length, V vocabulary rows, K shown candidates.
+
+At the last position of the text:
+
+    S_k ~ Cauchy(loc_S_k, scale_S_k)          P_k = P(S_k > C_k) = atan2(scale_S_k, C_k − loc_S_k)/π   (OvR)
+    softmax_k = exp(loc_S_k) / Σ_j exp(loc_S_j)                                                   (traditional)
+    Y ~ Cauchy(loc_Y, scale_Y)                 median loc_Y, central q-interval loc_Y ± scale_Y·tan(π·q/2)
+
+Candidates are ranked by the OvR decision (``(loc_S − C)/scale_S``, the order of ``P_k``); the first one is
+what standard mode generates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import cauchy
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TokenCandidate", "NumberForecast", "NextStepView", "next_step_view", "predict_next"]
+
+
+@dataclass
+class TokenCandidate:
+    """One vocabulary entry at the next step: its OvR probability, Cauchy score and softmax probability."""
+
+    token_id: int
+    token: str
+    ovr_probability: float
+    loc_S: float
+    scale_S: float
+    softmax_probability: float
+    softmax_rank: int
+
+
+@dataclass
+class NumberForecast:
+    """The ``<NUM>`` decision and, should a number come next, its Cauchy median and central intervals."""
+
+    token_id: int
+    ovr_probability: float
+    softmax_probability: float
+    ovr_rank: int
+    median: float
+    scale: float
+    interval_50: tuple[float, float]
+    interval_90: tuple[float, float]
+
+
+@dataclass
+class NextStepView:
+    """``candidates``: the top-k by OvR probability; ``number``: the ``<NUM>`` forecast (always filled);
+    ``standard_choice`` / ``traditional_choice``: argmax of OvR probability / of softmax."""
+
+    text: str
+    threshold: float | None
+    candidates: list[TokenCandidate]
+    number: NumberForecast
+    standard_choice: int
+    traditional_choice: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["number"]["interval_50"] = list(self.number.interval_50)
+        out["number"]["interval_90"] = list(self.number.interval_90)
+        return out
+
+
+def next_step_view(
+    model,
+    input_ids: Tensor,
+    numeric_values: Tensor | None = None,
+    top_k: int = 10,
+    token_text: Callable[[int], str] | None = None,
+    text: str = "",
+) -> NextStepView:
+    """The view after ``input_ids`` (P,) or (1,P) (one sequence, no padding); ``token_text(id)`` names ids."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+    if not isinstance(input_ids, Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)  # (1,P)
+        numeric_values = None if numeric_values is None else numeric_values.reshape(1, -1)
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must hold one non-empty sequence, got shape {tuple(input_ids.shape)}")
+    token_text = token_text or str
+    with torch.inference_mode():
+        out = model(input_ids=input_ids, numeric_values=numeric_values, logits_to_keep=1, return_scores=True)
+        loc_S, scale_S = out.loc_S[0, -1].float(), out.scale_S[0, -1].float()  # (V,) each
+        threshold = model.ovr_thresholds().detach().float()  # () or (V,)
+        probability = cauchy.ovr_probability(loc_S, scale_S, threshold)  # (V,)
+        decision = (loc_S - threshold) / scale_S.clamp_min(torch.finfo(torch.float32).tiny)  # (V,) order of P
+        softmax = torch.softmax(loc_S, dim=-1)  # (V,)
+        k = min(top_k, loc_S.numel())
+        order = decision.topk(k).indices.tolist()  # (K,)
+        loc_Y, scale_Y = float(out.loc_Y[0, -1]), float(out.scale_Y[0, -1])
+
+    def softmax_rank(token: int) -> int:
+        return int((softmax > softmax[token]).sum()) + 1
+
+    candidates = [
+        TokenCandidate(
+            token_id=token,
+            token=token_text(token),
+            ovr_probability=float(probability[token]),
+            loc_S=float(loc_S[token]),
+            scale_S=float(scale_S[token]),
+            softmax_probability=float(softmax[token]),
+            softmax_rank=softmax_rank(token),
+        )
+        for token in order
+    ]
+    num_id = int(model.config.num_token_id)
+    loc = torch.tensor(loc_Y, dtype=torch.float64)
+    width = torch.tensor(scale_Y, dtype=torch.float64)
+    intervals = {q: tuple(float(x) for x in cauchy.central_interval(loc, width, q)) for q in (0.5, 0.9)}
+    number = NumberForecast(
+        token_id=num_id,
+        ovr_probability=float(probability[num_id]),
+        softmax_probability=float(softmax[num_id]),
+        ovr_rank=int((decision > decision[num_id]).sum()) + 1,
+        median=loc_Y,
+        scale=scale_Y,
+        interval_50=intervals[0.5],
+        interval_90=intervals[0.9],
+    )
+    return NextStepView(
+        text=text,
+        threshold=float(threshold) if threshold.dim() == 0 else None,
+        candidates=candidates,
+        number=number,
+        standard_choice=order[0],
+        traditional_choice=int(softmax.argmax()),
+    )
+
+
+def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
+    """`next_step_view` after ``text`` tokenized by the `NumericTokenizer` (numbers read as values)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    if text == "":
+        raise ValueError("text is empty: give the text whose next step to predict")
+    device = model.model.embed_tokens.weight.device
+    encoded = tokenizer([text], return_tensors="pt")
+    input_ids = encoded["input_ids"].to(device)  # (1,P)
+    values = encoded["numeric_values"].to(device) if "numeric_values" in encoded else None
+    num_id = int(model.config.num_token_id)
+
+    def token_text(token: int) -> str:
+        if token == num_id:
+            return "<NUM>"
+        return tokenizer.decode([token], skip_special_tokens=False)
+
+    return next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text)

@@ -1,0 +1,93 @@
+"""The end-to-end demo, as a fast smoke run (--quick: a few training steps, small evaluation subsets), plus
+its baselines and its bad-input errors. The full run's acceptance figures are measured by `causal-qwen demo`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from causal_qwen import demo
+
+EXPECTED_PLOTS = {"training_curves.png", "number_densities.png", "calibration.png", "next_token.png",
+                  "individual_space.png", "forecasts.png"}
+
+
+def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    out = tmp_path / "demo_output"
+    assert main(["demo", "--out", str(out), "--quick", "--steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    for stage in ("[1/7] convert", "[2/7] verify", "[3/7] fine-tune", "[4/7] evaluate", "[5/7] baselines",
+                  "[6/7] plots", "[7/7] generate", "training median", "linear regression"):
+        assert stage in printed
+
+    report = json.loads((out / "report.json").read_text())
+    for key in ("num_mdae", "baseline_median_mdae", "baseline_linear_mdae", "coverage_50", "coverage_90",
+                "num_count", "calibration", "all_numbers", "language", "verification", "acceptance"):
+        assert key in report
+    assert report["num_count"] == report["split"]["held_out_rows"] == 365
+    assert report["verification"]["passed"] is True
+    assert report["training"]["steps"] == 2
+    assert math.isfinite(report["language"]["perplexity"])
+    assert set(report["plots"]) == EXPECTED_PLOTS
+    for name in EXPECTED_PLOTS:
+        data = (out / name).read_bytes()
+        assert data[:4] == b"\x89PNG" and len(data) > 10_000
+    modes = {record["mode"] for record in report["generation"] if "mode" in record}
+    assert modes == {"standard", "traditional", "causal"}
+    replayed = [r for r in report["generation"] if r.get("replayed_individual")]
+    assert len(replayed) == 3 and all(r["individual"] == replayed[0]["individual"] for r in replayed)
+    assert report["generation"][-1]["replay_check"]["same_text"] is True
+
+
+def test_demo_refuses_an_unwritable_output_folder(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["demo", "--out", str(blocker / "demo_output"), "--quick"]) == 2
+    assert "cannot write the demo output folder" in capsys.readouterr().err
+
+
+def rows(values):
+    return [{"date": f"2014/01/{i + 1:02d}", "x": str(x), "kind": kind, "y": str(y)} for i, (x, kind, y) in enumerate(values)]
+
+
+def test_linear_and_median_baselines_by_hand():
+    train = rows([(0.0, "a", 1.0), (1.0, "a", 3.0), (2.0, "b", 6.0), (3.0, "b", 8.0)])  # y = 1 + 2x + 1·[kind=b]
+    held_out = rows([(4.0, "a", 9.5), (5.0, "b", 12.0)])
+    result = demo.baseline_metrics(train, held_out, ["x", "kind"], "y")
+    coefficients = result["baseline_linear_coefficients"]
+    assert coefficients["intercept"] == pytest.approx(1.0)
+    assert coefficients["x"] == pytest.approx(2.0)
+    assert coefficients["kind=b"] == pytest.approx(1.0)
+    assert result["_linear_prediction"].tolist() == pytest.approx([9.0, 12.0])
+    assert result["baseline_linear_mdae"] == pytest.approx(0.25)  # errors 0.5, 0
+    assert result["baseline_median_value"] == pytest.approx(4.5)  # median of 1, 3, 6, 8
+    assert result["baseline_median_mdae"] == pytest.approx(6.25)  # errors 5 and 7.5
+
+
+def test_date_fields_become_day_of_year_terms():
+    matrix, names = demo.design_matrix(rows([(0.0, "a", 1.0)]), ["date"])
+    assert names == ["intercept", "sin(date day of year)", "cos(date day of year)"]
+    angle = 2 * math.pi * 1 / 365.25
+    assert matrix[0, 1].item() == pytest.approx(math.sin(angle)) and matrix[0, 2].item() == pytest.approx(math.cos(angle))
+
+
+def test_cauchy_scale_mle():
+    generator = torch.Generator().manual_seed(0)
+    draws = 2.5 * torch.tan(math.pi * (torch.rand(20000, generator=generator, dtype=torch.float64) - 0.5))
+    assert demo.cauchy_scale_mle(draws) == pytest.approx(2.5, rel=0.05)
+
+
+def test_target_number_index_and_split():
+    assert demo.target_number_index("rain {precipitation} mm, low {temp_min} C, high {temp_max} C.", "temp_max") == -1
+    assert demo.target_number_index("high {temp_max}, low {temp_min}", "temp_max") == -2
+    with pytest.raises(ValueError, match="not in the template"):
+        demo.target_number_index("low {temp_min}", "temp_max")
+    with pytest.raises(ValueError, match="leaves"):
+        demo.split_rows(rows([(0.0, "a", 1.0)]), "date", "2000/01/01")

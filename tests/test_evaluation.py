@@ -1,0 +1,221 @@
+"""Evaluation metrics: hand-computed fixtures, brute-force agreement, Qwen perplexity parity, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from causal_qwen import CausalQwenForCausalLM, evaluation
+from causal_qwen.evaluation import NumberPredictions, evaluate_batches, number_metrics
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+
+def hand_predictions() -> NumberPredictions:
+    """Four numbers: errors 2, 3, 0, 0.8 with scales 1, 1, 2, 1; the last true value is 0."""
+    return NumberPredictions(
+        value=torch.tensor([10.0, 20.0, 30.0, 0.0], dtype=torch.float64),
+        loc=torch.tensor([12.0, 17.0, 30.0, 0.8], dtype=torch.float64),
+        scale=torch.tensor([1.0, 1.0, 2.0, 1.0], dtype=torch.float64),
+        document=torch.tensor([0, 0, 1, 1]),
+        position=torch.tensor([3, 7, 3, 7]),
+        ordinal=torch.tensor([0, 1, 0, 1]),
+        from_end=torch.tensor([1, 0, 1, 0]),
+    )
+
+
+def test_number_metrics_against_hand_computed_values():
+    metrics = number_metrics(hand_predictions())
+    assert metrics["num_count"] == 4
+    assert metrics["num_mdae"] == pytest.approx(1.4)  # median of 0, 0.8, 2, 3
+    assert metrics["num_mape"] == pytest.approx(100 * (0.2 + 0.15 + 0.0) / 3)  # y = 0 left out
+    assert metrics["num_mape_count"] == 3
+    expected_nll = [math.log(math.pi) + math.log(5), math.log(math.pi) + math.log(10), math.log(2 * math.pi),
+                    math.log(math.pi) + math.log(1.64)]
+    assert metrics["num_nll"] == pytest.approx(sum(expected_nll) / 4)
+    # central 50% interval = loc ± scale: errors 2 > 1, 3 > 1, 0 <= 2, 0.8 <= 1
+    assert metrics["coverage_50"] == pytest.approx(0.5)
+    # central 90% interval = loc ± 6.31·scale: all inside
+    assert metrics["coverage_90"] == pytest.approx(1.0)
+    table = {row["nominal"]: row["empirical"] for row in metrics["calibration"]}
+    assert list(table) == list(evaluation.CALIBRATION_LEVELS) and len(table) == 10
+    # |z| = 2, 3, 0, 0.8 → central ranks (2/π)·atan|z| = 0.705, 0.795, 0, 0.436
+    assert table[0.1] == pytest.approx(0.25) and table[0.5] == pytest.approx(0.5)
+    assert table[0.7] == pytest.approx(0.5) and table[0.8] == pytest.approx(1.0)
+
+
+def test_select_by_number_index():
+    predictions = hand_predictions()
+    assert predictions.select(-1).value.tolist() == [20.0, 0.0]
+    assert predictions.select(0).value.tolist() == [10.0, 30.0]
+    assert len(predictions.select(None)) == 4
+    with pytest.raises(TypeError, match="number_index"):
+        predictions.select("last")
+
+
+def test_central_rank_matches_coverage():
+    predictions = hand_predictions()
+    ranks = predictions.central_rank()
+    for level in (0.3, 0.5, 0.9):
+        assert evaluation.coverage(predictions, level) == pytest.approx(float((ranks <= level).double().mean()))
+
+
+def small_causal(seed: int = 0) -> CausalQwenForCausalLM:
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(seed=seed), num_token_id=SMALL_NUM_ID)
+    with torch.no_grad():  # move away from the exact initialisation so OvR and softmax decisions differ
+        generator = torch.Generator().manual_seed(1)
+        model.abduction.scale_net.weight.copy_(torch.randn(model.abduction.scale_net.weight.shape, generator=generator))
+        model.action.classification_head.bias.copy_(torch.randn(model.config.vocab_size, generator=generator) * 3)
+    return model.eval()
+
+
+def number_batch() -> dict[str, torch.Tensor]:
+    """Two right-padded rows with <NUM> tokens (values 3.5, -2, 40)."""
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(0, SMALL_NUM_ID, (2, 9), generator=generator)
+    numeric_values = torch.zeros(2, 9)
+    for row, col, value in ((0, 2, 3.5), (0, 6, -2.0), (1, 4, 40.0)):
+        input_ids[row, col] = SMALL_NUM_ID
+        numeric_values[row, col] = value
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[1, 7:] = 0
+    return {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask}
+
+
+@torch.no_grad()
+def test_language_and_number_metrics_match_brute_force():
+    model = small_causal()
+    batch = number_batch()
+    result = evaluate_batches(model, [batch], chunk_positions=3)  # chunks smaller than N: chunking is exercised
+    metrics = result.metrics()
+
+    out = model(**batch)  # the full (B,S,V) scores, for a position-by-position reference
+    probs = model.ovr_probabilities(out.loc_S, out.scale_S)
+    nll, soft, ovr, target_p, sums, numbers = [], [], [], [], [], []
+    for row in range(2):
+        length = int(batch["attention_mask"][row].sum())
+        for i in range(length - 1):
+            target = int(batch["input_ids"][row, i + 1])
+            nll.append(-float(torch.log_softmax(out.loc_S[row, i], -1)[target]))
+            soft.append(int(out.loc_S[row, i].argmax()) == target)
+            ovr.append(int(probs[row, i].argmax()) == target)
+            target_p.append(float(probs[row, i, target]))
+            sums.append(float(probs[row, i].sum()))
+            if target == SMALL_NUM_ID:
+                numbers.append((float(batch["numeric_values"][row, i + 1]), float(out.loc_Y[row, i])))
+    assert metrics["token_count"] == len(nll) == 8 + 6
+    assert metrics["perplexity"] == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-5)
+    assert metrics["token_accuracy_softmax"] == pytest.approx(sum(soft) / len(soft))
+    assert metrics["token_accuracy_ovr"] == pytest.approx(sum(ovr) / len(ovr))
+    assert metrics["ovr_target_prob"] == pytest.approx(sum(target_p) / len(target_p), rel=1e-5)
+    assert metrics["ovr_prob_sum"] == pytest.approx(sum(sums) / len(sums), rel=1e-5)
+    assert metrics["num_count"] == 3
+    errors = sorted(abs(v - loc) for v, loc in numbers)
+    assert metrics["num_mdae"] == pytest.approx(errors[1], rel=1e-5)
+    assert result.numbers.value.tolist() == [3.5, -2.0, 40.0]
+    assert result.numbers.from_end.tolist() == [1, 0, 0]
+    assert result.metrics(number_index=-1)["num_count"] == 2
+
+
+@torch.no_grad()
+def test_perplexity_equals_qwen_loss_at_initialisation():
+    """Converted, untrained: eval's perplexity is exp of Qwen's own loss on the same (number-free) tokens."""
+    qwen = small_qwen(seed=5)
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(seed=5), num_token_id=SMALL_NUM_ID)
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, SMALL_NUM_ID, (3, 12), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[2, 8:] = 0
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    qwen_loss = qwen(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    result = evaluate_batches(model, [{"input_ids": input_ids, "attention_mask": attention_mask}])
+    assert result.metrics()["perplexity"] == pytest.approx(math.exp(float(qwen_loss)), rel=1e-5)
+    assert "num_count" not in result.metrics()  # "auto": no numbers, no number metrics
+
+
+def test_number_metrics_without_numbers_raise():
+    model = small_causal()
+    ids = torch.arange(10).unsqueeze(0)
+    result = evaluate_batches(model, [{"input_ids": ids}])
+    with pytest.raises(ValueError, match="no numbers"):
+        result.metrics(metric_set="numbers")
+    with pytest.raises(ValueError, match="metric set"):
+        result.metrics(metric_set="everything")
+
+
+# ---- through the data files and the CLI (real tokenizer, random:tiny) -----------------------------------
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from causal_qwen.cli import main
+
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    assert main(["convert", "--base", "random:tiny", "--out", str(out)]) == 0
+    return out
+
+
+@torch.no_grad()
+def test_cli_eval_perplexity_matches_qwen_on_text(tiny_dir, tmp_path):
+    from causal_qwen.cli import main
+    from causal_qwen.presets import build_preset
+
+    lines = ["The quick brown fox jumps over the lazy dog.", "A simple text without any digits at all, again."]
+    text_file = tmp_path / "plain.txt"
+    text_file.write_text("\n".join(lines) + "\n")
+    report = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(tiny_dir), "--data", str(text_file), "--json", str(report),
+                 "--batch-size", "1"]) == 0
+    metrics = json.loads(report.read_text())
+
+    from causal_qwen.tokenizer import NumericTokenizer
+
+    tokenizer = NumericTokenizer.default()
+    qwen = build_preset("random:tiny")
+    nll_sum, count = 0.0, 0
+    for line in lines:
+        ids = tokenizer([line], return_tensors="pt")["input_ids"]
+        ids = torch.cat([ids, torch.tensor([[tokenizer.eos_token_id]])], dim=1)  # eval appends end-of-text
+        loss = qwen(input_ids=ids, labels=ids).loss
+        nll_sum += float(loss) * (ids.shape[1] - 1)
+        count += ids.shape[1] - 1
+    assert metrics["token_count"] == count
+    assert metrics["perplexity"] == pytest.approx(math.exp(nll_sum / count), rel=1e-4)
+    assert "num_count" not in metrics
+
+
+def test_cli_eval_errors(tiny_dir, tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    text_file = tmp_path / "plain.txt"
+    text_file.write_text("No digits in here.\n")
+    assert main(["eval", "--model", str(tiny_dir), "--data", str(text_file), "--metrics", "numbers"]) == 2
+    assert "no numbers" in capsys.readouterr().err
+
+    table = tmp_path / "table.csv"
+    table.write_text("day,high\n1,10.5\n2,11.0\n")
+    assert main(["eval", "--model", str(tiny_dir), "--data", str(table), "--template", "Day {day}: {hgh} C"]) == 2
+    assert "'hgh' is not a column" in capsys.readouterr().err
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert main(["eval", "--model", str(tiny_dir), "--data", str(table), "--template", "Day {day}: {high} C",
+                 "--json", str(blocked / "eval.json")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
+    from causal_qwen.cli import main
+
+    table = tmp_path / "table.csv"
+    table.write_text("day,high\n1,10.5\n2,11.0\n3,12.5\n")
+    report = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(tiny_dir), "--data", str(table), "--template", "Day {day}: high {high} C.",
+                 "--metrics", "all", "--number-index", "-1", "--json", str(report)]) == 0
+    metrics = json.loads(report.read_text())
+    assert metrics["num_count"] == 3
+    for key in ("perplexity", "token_accuracy_ovr", "token_accuracy_softmax", "num_mdae", "num_mape", "num_nll",
+                "coverage_50", "coverage_90"):
+        assert isinstance(metrics[key], float)
+    assert len(metrics["calibration"]) == 10

@@ -1,0 +1,461 @@
+"""Generation: greedy parity with Qwen, numbers fed back, causal individuals, the standard-mode shortcut,
+streaming, the KV cache, bad input, and the generate / predict commands."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.conversion import load_qwen_base
+from causal_qwen.generation import (
+    MODES,
+    generate,
+    generate_ids,
+    greedy_parity,
+    ovr_argmax,
+    ovr_argmax_reference,
+    stream,
+)
+from causal_qwen.generation import _inverse_row_l1 as inverse_row_l1
+from causal_qwen.predict import next_step_view, predict_next
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
+
+
+def convert(base, **overrides) -> CausalQwenForCausalLM:
+    overrides.setdefault("num_token_id", SMALL_NUM_ID)
+    return CausalQwenForCausalLM.from_qwen(base, **overrides)
+
+
+def left_padded_ids(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(3,7) ids with rows of 7, 4 and 2 real tokens, left padded with 0."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 400, (3, 7), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    mask[2, :5] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def perturb(model: CausalQwenForCausalLM, seed: int = 0) -> CausalQwenForCausalLM:
+    """Non-constant scale_U, noisy b_noise, a classification bias: the shortcut's bounds are no longer tight."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        scale_weight = model.abduction.scale_net.weight
+        scale_weight.copy_(torch.randn(scale_weight.shape, generator=generator) * 0.3)
+        model.action.b_noise.copy_(torch.rand(model.action.b_noise.shape, generator=generator) * 0.5)
+        model.action.classification_head.bias.copy_(torch.randn(model.config.vocab_size, generator=generator))
+    return model
+
+
+def teacher_forced_standard(model, ids, mask, generated) -> torch.Tensor:
+    """The naive standard decision at every generated position, recomputed without a cache: (B,T)."""
+    full_ids = torch.cat([ids, generated.token_ids], dim=1)
+    full_values = torch.cat([torch.zeros_like(ids, dtype=torch.float32), generated.numeric_values], dim=1)
+    full_mask = torch.cat([mask, torch.ones_like(generated.token_ids)], dim=1)
+    positions = (full_mask.cumsum(-1) - 1).masked_fill(full_mask == 0, 0)
+    with torch.no_grad():
+        out = model(full_ids, full_values, attention_mask=full_mask, position_ids=positions)
+    steps = generated.token_ids.shape[1]
+    start = ids.shape[1] - 1
+    loc_S, scale_S = out.loc_S[:, start : start + steps], out.scale_S[:, start : start + steps]
+    return ovr_argmax_reference(loc_S, scale_S, model.ovr_thresholds())
+
+
+# ---- fixtures -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models decode one token at a time: a second thread only adds synchronisation (and on a busy
+    shared machine, spinning)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from causal_qwen.tokenizer import NumericTokenizer
+
+    return NumericTokenizer.default()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return CausalQwenForCausalLM.from_qwen("random:tiny")
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    return convert(small_qwen())
+
+
+# ---- parity with Qwen's generate ---------------------------------------------------------------------------
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_traditional_greedy_equals_qwen_generate_left_padded(tied):
+    reference = small_qwen(tied=tied)
+    model = convert(small_qwen(tied=tied))
+    ids, mask = left_padded_ids()
+    config = GenerationConfig(max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        expected = reference.generate(input_ids=ids, attention_mask=mask, generation_config=config)[:, ids.shape[1] :]
+    got = generate_ids(model, ids, mask, mode="traditional", temperature=0, max_new_tokens=32, eos_token_id=[])
+    assert torch.equal(got.token_ids, expected)
+    assert got.lengths.tolist() == [32, 32, 32] and got.finish_reasons == ["length"] * 3
+
+
+@pytest.mark.parametrize("preset", ["random:tiny", "random:tiny-untied"])
+def test_greedy_parity_on_presets(preset, tokenizer, tiny_model):
+    model = tiny_model if preset == "random:tiny" else CausalQwenForCausalLM.from_qwen(preset)
+    parity = greedy_parity(load_qwen_base(preset), model, tokenizer, PROMPTS, max_new_tokens=32)
+    assert parity["greedy_total_tokens"] == 2 * 3 * 32  # each prompt alone, then all three left padded
+    assert parity["greedy_match_tokens"] == parity["greedy_total_tokens"]
+
+
+# ---- numbers ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["standard", "traditional", "causal"])
+def test_generated_number_is_fed_back_as_input_embedding(mode):
+    model = convert(small_qwen())
+    with torch.no_grad():
+        model.action.classification_head.bias[SMALL_NUM_ID] = 1e4  # <NUM> wins every decision
+    seen: list[torch.Tensor] = []
+    handle = model.numeric_embedding.register_forward_hook(lambda module, args, out: seen.append(args[0].clone()))
+    ids, mask = left_padded_ids()
+    options = {"temperature": 0} if mode == "traditional" else {"seed": 3} if mode == "causal" else {}
+    try:
+        out = generate_ids(model, ids, mask, mode=mode, max_new_tokens=4, eos_token_id=[], **options)
+    finally:
+        handle.remove()
+    assert (out.token_ids == SMALL_NUM_ID).all()
+    values = out.numeric_values  # (B,4)
+    assert torch.isfinite(values).all() and (values != 0).all()
+    # steps 2..4 were fed the values chosen at steps 1..3: embed(<NUM>) + phi(value)
+    assert len(seen) == 3
+    for step, fed in enumerate(seen):
+        assert fed.shape == (3, 1)
+        assert torch.equal(fed[:, 0], values[:, step])
+    # the value is loc_Y (standard/traditional) or W_reg u + b_reg (causal) at the deciding position
+    assert torch.equal(out.loc_Y, values)
+    if mode != "causal":
+        assert torch.isfinite(out.scale_Y).all() and (out.scale_Y > 0).all()
+        full_ids = torch.cat([ids, out.token_ids], 1)
+        full_values = torch.cat([torch.zeros(3, 7), values], 1)
+        full_mask = torch.cat([mask, torch.ones(3, 4, dtype=torch.long)], 1)
+        positions = (full_mask.cumsum(-1) - 1).masked_fill(full_mask == 0, 0)
+        with torch.no_grad():
+            forward = model(full_ids, full_values, attention_mask=full_mask, position_ids=positions)
+        torch.testing.assert_close(forward.loc_Y[:, 6:10], values, rtol=1e-4, atol=1e-4)
+
+
+def test_numbers_in_results_carry_median_and_intervals(tiny_model, tokenizer):
+    num_id = tiny_model.config.num_token_id
+    head = tiny_model.action.classification_head
+    original = head.bias[num_id].item()
+    with torch.no_grad():
+        head.bias[num_id] = 1e4
+    try:
+        result = generate(tiny_model, tokenizer, "The price is", mode="standard", max_new_tokens=2)[0]
+        causal = generate(tiny_model, tokenizer, "The price is", mode="causal", max_new_tokens=2, seed=0)[0]
+    finally:
+        with torch.no_grad():
+            head.bias[num_id] = original
+    assert result.token_ids == [num_id, num_id] and len(result.numbers) == 2
+    first = result.numbers[0]
+    assert first.median == first.value and first.scale > 0
+    low50, high50 = first.interval_50
+    low90, high90 = first.interval_90
+    assert low90 < low50 < first.median < high50 < high90
+    assert high50 - first.median == pytest.approx(first.scale, rel=1e-5)  # tan(π/4) = 1
+    assert high90 - first.median == pytest.approx(first.scale * math.tan(0.45 * math.pi), rel=1e-5)
+    assert tokenizer.decode(result.token_ids, numeric_values=[n.value for n in result.numbers]) == result.text
+    assert causal.numbers[0].median is None and causal.numbers[0].interval_90 is None
+    payload = json.loads(json.dumps(result.to_dict()))
+    assert payload["numbers"][0]["interval_90"] == list(first.interval_90)
+
+
+# ---- causal mode -----------------------------------------------------------------------------------------
+def test_causal_mode_is_reproducible_and_replays_an_individual(small_model):
+    ids, mask = left_padded_ids()
+    first = generate_ids(small_model, ids, mask, mode="causal", seed=7, max_new_tokens=12, eos_token_id=[])
+    again = generate_ids(small_model, ids, mask, mode="causal", seed=7, max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(first.token_ids, again.token_ids) and torch.equal(first.individual, again.individual)
+    assert first.individual.shape == (3, small_model.config.causal_size)
+    replay_options = dict(mode="causal", max_new_tokens=12, eos_token_id=[])
+    replay = generate_ids(small_model, ids, mask, individual=first.individual, **replay_options)
+    assert torch.equal(replay.token_ids, first.token_ids)
+    # the individual of row 0 on another prompt (alone), then inside a batch: the same continuation
+    other = torch.randint(1, 400, (1, 5), generator=torch.Generator().manual_seed(9))
+    alone = generate_ids(small_model, other, individual=first.individual[0], **replay_options)
+    assert torch.equal(alone.individual[0], first.individual[0])
+    batch_ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), other], 1)
+    batch_ids = torch.cat([batch_ids, ids[:1]], 0)
+    batch_mask = torch.cat([torch.tensor([[0, 0, 1, 1, 1, 1, 1]]), torch.ones(1, 7, dtype=torch.long)], 0)
+    paired = generate_ids(small_model, batch_ids, batch_mask, individual=first.individual[0], **replay_options)
+    assert torch.equal(paired.token_ids[0], alone.token_ids[0])
+    assert torch.equal(paired.token_ids[1], first.token_ids[0])
+
+
+def test_causal_first_decision_matches_the_formula():
+    model = perturb(convert(small_qwen()))
+    ids = torch.randint(1, 400, (2, 6), generator=torch.Generator().manual_seed(2))
+    out = generate_ids(model, ids, mode="causal", seed=11, max_new_tokens=1, eos_token_id=[])
+    with torch.no_grad():
+        forward = model(ids)
+        epsilon = out.individual
+        u = forward.loc_U[:, -1] + forward.scale_U[:, -1] * torch.tan(math.pi * (epsilon - 0.5)).float()
+        head = model.action.classification_head
+        loc_S = head(u)
+        scale_S = model.action.b_noise.abs() @ head.weight.abs().T  # (V,): no position dependence
+        expected = ovr_argmax_reference(loc_S, scale_S.expand_as(loc_S), model.ovr_thresholds())
+    assert torch.equal(out.token_ids[:, 0], expected)
+
+
+def test_different_seeds_give_different_individuals(small_model):
+    ids, mask = left_padded_ids()
+    options = dict(mode="causal", max_new_tokens=8, eos_token_id=[])
+    runs = [generate_ids(small_model, ids, mask, seed=seed, **options) for seed in range(4)]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert not torch.equal(runs[a].individual, runs[b].individual)
+    assert len({tuple(run.token_ids.flatten().tolist()) for run in runs}) > 1
+    # inside one batch, each prompt gets its own individual
+    assert not torch.equal(runs[0].individual[0], runs[0].individual[1])
+
+
+# ---- standard mode and its exact shortcut ------------------------------------------------------------------
+def test_ovr_argmax_shortcut_equals_naive_argmax():
+    generator = torch.Generator().manual_seed(0)
+    vocab, causal, batch = 3000, 48, 5
+    for trial in range(60):
+        weight = torch.randn(vocab, causal, generator=generator) * (0.02 + torch.rand(vocab, 1, generator=generator))
+        if trial % 3 == 0:
+            weight[:7] = 0  # zero rows: scale 0
+        loc_U = torch.randn(batch, causal, generator=generator) * 3
+        spread = trial % 4  # 0: constant scale (tight bounds), else more and more spread
+        s = torch.nn.functional.softplus(torch.randn(batch, causal, generator=generator) * spread) + 0.05
+        if spread == 0:
+            s = torch.full((batch, causal), 10.1)
+        if trial % 2:
+            threshold = torch.randn(vocab, generator=generator) * 5  # per token
+        else:
+            threshold = torch.tensor(float(trial % 7 - 3) * 10)  # scalar
+        loc_S = loc_U @ weight.T + torch.randn(vocab, generator=generator)
+        got = ovr_argmax(loc_S - threshold, s, weight, inverse_row_l1(weight))
+        expected = ovr_argmax_reference(loc_S, s @ weight.abs().T, threshold)
+        assert torch.equal(got, expected), trial
+
+
+@pytest.mark.parametrize("threshold_kind", ["scalar", "per_token"])
+def test_standard_generation_equals_naive_decision_on_perturbed_model(threshold_kind):
+    model = perturb(convert(small_qwen(), ovr_threshold_kind=threshold_kind, ovr_threshold=1.0))
+    if threshold_kind == "per_token":
+        with torch.no_grad():
+            generator = torch.Generator().manual_seed(5)
+            model.ovr_thresholds.values.copy_(torch.randn(model.config.vocab_size, generator=generator))
+    ids, mask = left_padded_ids()
+    out = generate_ids(model, ids, mask, mode="standard", max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(out.token_ids, teacher_forced_standard(model, ids, mask, out))
+    again = generate_ids(model, ids, mask, mode="standard", max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(out.token_ids, again.token_ids)  # deterministic
+
+
+def test_standard_shortcut_cache_follows_weight_updates():
+    model = convert(small_qwen())
+    ids, mask = left_padded_ids()
+    generate_ids(model, ids, mask, mode="standard", max_new_tokens=2, eos_token_id=[])
+    with torch.no_grad():  # in place, as an optimizer step would: the row norms must be recomputed
+        model.action.classification_head.weight[::2] *= 3.0
+    perturb(model)
+    out = generate_ids(model, ids, mask, mode="standard", max_new_tokens=6, eos_token_id=[])
+    assert torch.equal(out.token_ids, teacher_forced_standard(model, ids, mask, out))
+
+
+# ---- KV cache --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_kv_cache_is_reused_and_prefix_never_rerun(small_model, mode):
+    fed: list[int] = []
+
+    def record(module, args, kwargs):
+        fed.append(kwargs["inputs_embeds"].shape[1])
+        cache = kwargs["past_key_values"]
+        assert cache.get_seq_length() == (0 if len(fed) == 1 else 7 + len(fed) - 2)
+
+    handle = small_model.model.register_forward_pre_hook(record, with_kwargs=True)
+    ids, mask = left_padded_ids()
+    try:
+        generate_ids(small_model, ids, mask, mode=mode, max_new_tokens=10, eos_token_id=[], seed=0)
+    finally:
+        handle.remove()
+    assert fed == [7] + [1] * 9  # the prompt once, then one token per step; no forward after the last
+
+
+def test_stops_at_eos_and_pads_finished_rows(small_model):
+    ids, mask = left_padded_ids()
+    free = generate_ids(small_model, ids, mask, mode="traditional", temperature=0, max_new_tokens=6, eos_token_id=[])
+    eos = int(free.token_ids[1, 2])
+    first = free.token_ids[1].tolist().index(eos)  # the first time row 1 meets it
+    greedy = dict(mode="traditional", temperature=0, max_new_tokens=6)
+    out = generate_ids(small_model, ids, mask, eos_token_id=eos, pad_token_id=0, **greedy)
+    assert out.finish_reasons[1] == "eos" and out.lengths[1] == first + 1
+    assert out.token_ids[1, first + 1 :].eq(0).all()
+    # min_new_tokens forbids the EOS before
+    late = generate_ids(
+        small_model, ids, mask, mode="traditional", temperature=0, max_new_tokens=6, min_new_tokens=6, eos_token_id=eos
+    )
+    assert late.lengths.tolist() == [6, 6, 6] and not (late.token_ids[:, :6] == eos).any()
+
+
+# ---- text, streaming, stop strings -----------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_streaming_yields_the_final_text(tiny_model, tokenizer, mode):
+    options = {"seed": 5} if mode != "standard" else {}
+    generation = stream(tiny_model, tokenizer, list(PROMPTS), mode=mode, max_new_tokens=12, **options)
+    pieces: dict[int, str] = {}
+    finished = []
+    for piece in generation:
+        pieces[piece.index] = pieces.get(piece.index, "") + piece.text
+        if piece.finished:
+            finished.append(piece.index)
+    results = generation.results
+    assert sorted(finished) == [0, 1, 2]
+    plain = generate(tiny_model, tokenizer, list(PROMPTS), mode=mode, max_new_tokens=12, **options)
+    for index, result in enumerate(results):
+        assert pieces[index] == result.text == plain[index].text
+        assert result.token_ids == plain[index].token_ids and len(result.token_ids) == 12
+        assert result.prompt == PROMPTS[index]
+    callback_pieces: list = []
+    options["callback"] = callback_pieces.append
+    generate(tiny_model, tokenizer, list(PROMPTS), mode=mode, max_new_tokens=12, **options)
+    for index in range(3):
+        assert "".join(p.text for p in callback_pieces if p.index == index) == plain[index].text
+
+
+def test_stop_string_ends_the_text(tiny_model, tokenizer):
+    free = generate(tiny_model, tokenizer, PROMPTS[0], mode="traditional", max_new_tokens=16, seed=1)[0]
+    assert len(free.text) > 6
+    stop = free.text[3:6]
+    options = dict(mode="traditional", max_new_tokens=16, seed=1)
+    stopped = generate(tiny_model, tokenizer, PROMPTS[0], stop_strings=[stop], **options)[0]
+    assert stopped.finish_reason == "stop_string"
+    assert stopped.text.endswith(stop) and free.text.startswith(stopped.text)
+    assert stop not in stopped.text[:-1]
+    assert len(stopped.token_ids) < len(free.token_ids)
+
+
+def test_traditional_sampling_is_seeded(small_model):
+    ids, mask = left_padded_ids()
+    options = dict(mode="traditional", temperature=0.8, top_k=50, top_p=0.9, max_new_tokens=10, eos_token_id=[])
+    a = generate_ids(small_model, ids, mask, seed=1, **options)
+    b = generate_ids(small_model, ids, mask, seed=1, **options)
+    c = generate_ids(small_model, ids, mask, seed=2, **options)
+    assert torch.equal(a.token_ids, b.token_ids) and not torch.equal(a.token_ids, c.token_ids)
+
+
+# ---- predict ---------------------------------------------------------------------------------------------
+def test_next_step_view_lines_up_with_standard_and_greedy(small_model):
+    model = perturb(convert(small_qwen()))
+    ids = torch.randint(1, 400, (7,), generator=torch.Generator().manual_seed(4))
+    view = next_step_view(model, ids, top_k=5)
+    assert len(view.candidates) == 5
+    probabilities = [c.ovr_probability for c in view.candidates]
+    assert probabilities == sorted(probabilities, reverse=True)
+    standard = generate_ids(model, ids[None], mode="standard", max_new_tokens=1, eos_token_id=[])
+    greedy = generate_ids(model, ids[None], mode="traditional", temperature=0, max_new_tokens=1, eos_token_id=[])
+    assert view.standard_choice == view.candidates[0].token_id == int(standard.token_ids[0, 0])
+    assert view.traditional_choice == int(greedy.token_ids[0, 0])
+    top = view.candidates[0]
+    assert top.ovr_probability == pytest.approx(math.atan2(top.scale_S, view.threshold - top.loc_S) / math.pi, rel=1e-5)
+    n = view.number
+    assert n.interval_90[0] < n.interval_50[0] < n.median < n.interval_50[1] < n.interval_90[1]
+    assert json.loads(json.dumps(view.to_dict()))["number"]["token_id"] == SMALL_NUM_ID
+
+
+def test_predict_next_reads_numbers(tiny_model, tokenizer):
+    view = predict_next(tiny_model, tokenizer, "It costs 99.99 dollars and", top_k=3)
+    assert len(view.candidates) == 3 and view.number.token_id == tiny_model.config.num_token_id
+    assert all(isinstance(c.token, str) for c in view.candidates)
+
+
+# ---- bad input -------------------------------------------------------------------------------------------
+def test_bad_input_is_rejected_with_a_clear_message(small_model, tiny_model, tokenizer):
+    ids, mask = left_padded_ids()
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        generate(tiny_model, tokenizer, ["Hello", ""])
+    with pytest.raises(ValueError, match="prompts is empty"):
+        generate(tiny_model, tokenizer, [])
+    with pytest.raises(ValueError, match="empty"):
+        generate_ids(small_model, torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="standard, causal, traditional"):
+        generate_ids(small_model, ids, mask, mode="beam")
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            generate_ids(small_model, ids, mask, max_new_tokens=bad)
+    causal_size = small_model.config.causal_size
+    with pytest.raises(ValueError, match=r"individual has shape \(5,\).*\(32,\)"):
+        generate_ids(small_model, ids, mask, mode="causal", individual=torch.full((5,), 0.5))
+    with pytest.raises(ValueError, match="individual has shape"):
+        generate_ids(small_model, ids, mask, mode="causal", individual=torch.full((2, causal_size), 0.5))
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        generate_ids(small_model, ids, mask, mode="causal", individual=torch.ones(causal_size))
+    with pytest.raises(ValueError, match="only apply to mode 'traditional'"):
+        generate_ids(small_model, ids, mask, mode="standard", temperature=0.7)
+    with pytest.raises(ValueError, match="only applies to mode 'causal'"):
+        generate_ids(small_model, ids, mask, mode="standard", individual=torch.full((causal_size,), 0.5))
+    with pytest.raises(ValueError, match="LEFT padding"):
+        generate_ids(small_model, ids, mask.flip(-1))
+    with pytest.raises(ValueError, match="top_p"):
+        generate_ids(small_model, ids, mask, mode="traditional", top_p=1.5)
+
+
+# ---- command line ----------------------------------------------------------------------------------------
+@pytest.fixture
+def loaded_once(monkeypatch, tiny_model, tokenizer):
+    """After the first real load of random:tiny, hand the commands the (identical) module fixture."""
+    from causal_qwen.commands import generate as generate_command
+    from causal_qwen.commands import predict as predict_command
+
+    def reuse() -> None:
+        for module in (generate_command, predict_command):
+            monkeypatch.setattr(module, "load_model_and_tokenizer", lambda **kwargs: (tiny_model, tokenizer))
+
+    return reuse
+
+
+def test_cli_generate_json_and_individual_replay(tmp_path, capsys, loaded_once):
+    from causal_qwen.cli import main
+
+    saved = tmp_path / "individual.json"
+    argv = ["generate", "--base", "random:tiny", "--mode", "causal", "--seed", "3", "--max-new-tokens", "5"]
+    assert main(argv + ["--json", "--save-individual", str(saved), "Hello there", "The sky is"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    loaded_once()
+    assert len(first) == 2 and len(first[0]["token_ids"]) == 5 and len(first[0]["individual"]) == 64
+    assert json.loads(saved.read_text())["individuals"][1] == first[1]["individual"]
+    replay = ["generate", "--base", "random:tiny", "--mode", "causal", "--max-new-tokens", "5", "--json"]
+    assert main(replay + ["--individual", str(saved), "Hello there", "The sky is"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert [r["token_ids"] for r in second] == [r["token_ids"] for r in first]
+    # streaming (text) output for one prompt
+    assert main(["generate", "--base", "random:tiny", "--max-new-tokens", "4", "Hello"]) == 0
+    assert capsys.readouterr().out.startswith("Hello")
+    # bad input: exit status 2 with the message
+    assert main(["generate", "--base", "random:tiny", "--mode", "beam", "Hello"]) == 2
+    assert "standard, causal, traditional" in capsys.readouterr().err
+
+
+def test_cli_predict(capsys, loaded_once):
+    from causal_qwen.cli import main
+
+    loaded_once()
+    assert main(["predict", "--base", "random:tiny", "--top-k", "3", "--json", "The answer is"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert len(view["candidates"]) == 3 and {"median", "interval_50", "interval_90"} <= set(view["number"])
+    assert main(["predict", "--base", "random:tiny", "--top-k", "2", "The answer is"]) == 0
+    assert "P_ovr" in capsys.readouterr().out
