@@ -234,3 +234,31 @@ def test_cli_reports_bad_config_and_bad_data(assets, tmp_path, capsys):
 
     assert cli_main(["train", str(cfg), "--resume"]) == 2
     assert "holds no checkpoint" in capsys.readouterr().err
+
+
+# ---- the fused loss is what training uses -----------------------------------------------------------------
+def test_training_uses_fused_loss_matching_the_reference(assets, tmp_path, monkeypatch):
+    import causal_qwen.fused_ovr as fused_ovr
+
+    calls = []
+    original = fused_ovr.model_classification_loss
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fused_ovr, "model_classification_loss", counting)
+    exact = {"ovr_negatives": None}
+    fused = run_training(config(assets, tmp_path / "fused", max_steps=3, model_config=exact))
+    assert calls, "the default training path goes through the fused head"
+    calls.clear()
+    reference = run_training(
+        config(assets, tmp_path / "reference", max_steps=3,
+               model_config={**exact, "ovr_loss_implementation": "reference"})
+    )
+    assert not calls
+    fused_steps, reference_steps = train_records(fused.metrics_file), train_records(reference.metrics_file)
+    assert len(fused_steps) == len(reference_steps) == 3
+    for a, b in zip(fused_steps, reference_steps):
+        for key in ("loss", "cls_loss", "reg_loss"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-4), (a["step"], key)
