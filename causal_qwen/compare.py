@@ -66,6 +66,7 @@ class ComparisonReport:
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data.update(data.pop("extra"))  # figures added by other sections (e.g. greedy parity) sit at top level
         data["passed"] = self.passed
         return data
 
