@@ -30,7 +30,7 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -283,11 +283,9 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
     """Convert the base, save it to ``out/converted`` and compare it with the base."""
     from .compare import compare_models
     from .conversion import load_qwen_base
-    from .loading import load_tokenizer_for_base
-    from .modeling import CausalQwenForCausalLM
+    from .loading import convert_base
 
-    model = CausalQwenForCausalLM.from_qwen(settings.base)
-    tokenizer = load_tokenizer_for_base(settings.base)
+    model, tokenizer = convert_base(settings.base)
     converted = out / "converted"
     model.save_pretrained(converted)
     tokenizer.save_pretrained(converted)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..generation import MODES, GenerationResult, TextPiece, generate
 from ..loading import load_model_and_tokenizer
+from .eval import add_model_arguments
 
 
 def register(subparsers) -> None:
@@ -21,10 +22,7 @@ def register(subparsers) -> None:
         "--individual replays one), traditional (softmax over loc_S with --temperature/--top-k/--top-p; "
         "--temperature 0 is greedy). Numbers are generated as values. Text is printed as it is produced.",
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a converted CausalQwen folder (causal-qwen convert)")
-    source.add_argument("--base", help="a Qwen2 base converted on the fly: preset, folder, .gguf file or hub id")
-    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+    add_model_arguments(parser)
     parser.add_argument("--mode", default="standard", help=f"one of {', '.join(MODES)} (default: standard)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
     parser.add_argument("--min-new-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..loading import load_model_and_tokenizer
+from .eval import add_model_arguments
 from ..predict import NextStepView, predict_next
 
 
@@ -17,10 +18,7 @@ def register(subparsers) -> None:
         "scale_S and the softmax probability side by side, and the number forecast: P(<NUM>) and the Cauchy "
         "median with 50%% and 90%% intervals of the value.",
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a converted CausalQwen folder (causal-qwen convert)")
-    source.add_argument("--base", help="a Qwen2 base converted on the fly: preset, folder, .gguf file or hub id")
-    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+    add_model_arguments(parser)
     parser.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
     parser.add_argument("--json", action="store_true", help="print the view as JSON")
     parser.add_argument("text", metavar="TEXT", help="the text whose next step to show")
