@@ -49,6 +49,9 @@ DEMO_SPLIT_BY = "date"
 DEMO_SPLIT_AT = "2015/01/01"
 REPORT_FILE = "report.json"
 
+# The coverage bands the demo is judged by: nominal level -> (lowest, highest) empirical coverage.
+COVERAGE_BANDS = {0.5: (0.40, 0.60), 0.9: (0.80, 0.97)}
+
 ACCEPTANCE = {
     "num_mdae <= 1.25 x baseline_linear_mdae": lambda r: r["num_mdae"] <= 1.25 * r["baseline_linear_mdae"],
     "num_mdae <= 0.6 x baseline_median_mdae": lambda r: r["num_mdae"] <= 0.6 * r["baseline_median_mdae"],
@@ -243,6 +246,23 @@ def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
     return math.exp(0.5 * (low + high))
 
 
+def interval_shape(standardized_error: Tensor) -> dict[str, Any]:
+    """Whether the Cauchy interval *shape* fits the errors, whatever their width (`causal_qwen.evaluation`).
+
+    ``tail_ratio = q90(z)/q50(z)`` of ``z = |y − loc|/scale`` (a Cauchy's own: 6.31), and the range of
+    factors c by which every scale could be multiplied to put both coverages in `COVERAGE_BANDS`
+    (``None``: no single factor can; the errors are lighter- or heavier-tailed than a Cauchy).
+    """
+    from .evaluation import CAUCHY_TAIL_RATIO, rescaling_range, tail_ratio
+
+    reachable = rescaling_range(standardized_error, COVERAGE_BANDS)
+    return {
+        "tail_ratio": tail_ratio(standardized_error),
+        "cauchy_tail_ratio": CAUCHY_TAIL_RATIO,
+        "rescaling_reaching_bands": list(reachable) if reachable is not None else None,
+    }
+
+
 def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
     """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
     categories: dict[str, list[str]] = {}
@@ -260,7 +280,7 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
     median = float(y_train.quantile(0.5))  # the mean of the two middle values for an even count
     linear = fit_linear_baseline(train, fields, target)
     linear_prediction = linear.predict(held_out)  # (R,)
-    z = (y - linear_prediction).abs() / linear.cauchy_scale
+    z = (y - linear_prediction).abs() / linear.cauchy_scale  # (R,) standardised errors
     return {
         "baseline_median_value": median,
         "baseline_median_mdae": float((y - median).abs().quantile(0.5)),
@@ -270,6 +290,7 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
         "baseline_linear_cauchy_scale": linear.cauchy_scale,
         "baseline_linear_coverage_50": float((z <= 1.0).double().mean()),
         "baseline_linear_coverage_90": float((z <= math.tan(math.pi * 0.45)).double().mean()),
+        "baseline_linear_interval_shape": interval_shape(z),
         "_median_prediction": torch.full_like(y, median),
         "_linear_prediction": linear_prediction,
         "_true": y,
@@ -594,6 +615,7 @@ def _assemble_report(settings, evaluated, baselines, verification, result, confi
         "coverage_50": target["coverage_50"],
         "coverage_90": target["coverage_90"],
         "calibration": target["calibration"],
+        "interval_shape": interval_shape(evaluated["predictions"].standardized_error()),
     }
     report.update({key: value for key, value in baselines.items() if not key.startswith("_")})
     report["all_numbers"] = {k: v for k, v in evaluated["all_numbers"].items() if k != "documents"}
@@ -628,4 +650,12 @@ def format_table(report: dict) -> str:
              f"{'':<{width}}  {'MdAE':>9}  {'cover 50':>9}  {'cover 90':>9}"]
     lines += [f"{name:<{width}}  {cell(mdae)}  {cell(c50)}  {cell(c90)}" for name, mdae, c50, c90 in rows]
     lines.append("(linear coverage: its least-squares fit with a Cauchy scale fitted to the training residuals)")
+    shape = report.get("interval_shape")
+    if shape:
+        bands = ", ".join(f"{int(100 * level)}% in [{low:.2f}, {high:.2f}]" for level, (low, high) in COVERAGE_BANDS.items())
+        lines.append(f"interval shape: q90/q50 of |error|/scale = {shape['tail_ratio']:.2f} "
+                     f"(a Cauchy's: {shape['cauchy_tail_ratio']:.2f})")
+        reach = shape["rescaling_reaching_bands"]
+        lines.append(f"  scales x c with c in [{reach[0]:.3g}, {reach[1]:.3g}] would put {bands}" if reach else
+                     f"  no common rescaling of the scales puts {bands}: the errors are not Cauchy-shaped")
     return "\n".join(lines)

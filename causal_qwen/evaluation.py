@@ -26,6 +26,15 @@ Calibration uses the *central rank* ``r_j = (2/π)·|atan((y_j − loc_Y_j)/scal
 ``y_j`` lies in the central p-interval iff ``r_j ≤ p``, so for a calibrated model ``r`` is uniform on [0, 1]
 and the empirical coverage at every nominal level p equals p.
 
+Interval shape. With the standardised errors ``z_j = |y_j − loc_Y_j| / scale_Y_j``:
+
+    num_tail_ratio = q90(z) / q50(z)        (Cauchy-shaped errors: tan(0.45π) = 6.31; Gaussian ones: 2.44)
+
+Multiplying every ``scale_Y`` by one factor c leaves this ratio alone, so it says whether miscalibration is
+a matter of width (fixable by c) or of shape: errors lighter-tailed than a Cauchy (ratio < 6.31) cannot have
+both a calibrated 50% and a calibrated 90% interval. `rescaling_range` finds every c that puts chosen
+coverages inside chosen bands (none, when the shape forbids it).
+
 The vocabulary-wide scores are built from ``loc_U``/``scale_U`` for a chunk of target positions at a time,
 so at most (n, V) floats exist at once — never (B, S, V).
 """
@@ -45,6 +54,8 @@ from . import cauchy, losses
 logger = logging.getLogger(__name__)
 
 CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+# q90/q50 of |z| for z ~ Cauchy(0, 1): tan(π·0.9/2) / tan(π·0.5/2).
+CAUCHY_TAIL_RATIO = math.tan(0.45 * math.pi)
 METRIC_SETS = ("auto", "all", "language", "numbers")
 # Floats per (n, V) work tensor: 2**24 fp32 = 64 MiB; a chunk holds a handful of them.
 SCORE_ELEMENTS_PER_CHUNK = 1 << 24
@@ -115,6 +126,10 @@ class NumberPredictions:
         """``r = (2/π)·|atan((y − loc)/scale)|`` (M,): y is inside the central p-interval iff ``r ≤ p``."""
         return (2.0 / math.pi) * torch.atan((self.value - self.loc).abs() / self.scale)
 
+    def standardized_error(self) -> Tensor:
+        """``z = |y − loc| / scale`` (M,): y is inside the central p-interval iff ``z ≤ tan(π·p/2)``."""
+        return (self.value - self.loc).abs() / self.scale
+
     def interval(self, coverage: float) -> tuple[Tensor, Tensor]:
         """Central ``coverage`` interval ``loc ± scale·tan(π·coverage/2)``: (M,), (M,)."""
         return cauchy.central_interval(self.loc, self.scale, coverage)
@@ -157,6 +172,43 @@ def calibration_table(predictions: NumberPredictions, levels: Iterable[float] = 
     return [{"nominal": float(level), "empirical": coverage(predictions, level)} for level in levels]
 
 
+def tail_ratio(standardized_error: Tensor) -> float:
+    """``q90(z) / q50(z)`` of the standardised errors z (M,): 6.31 for Cauchy-shaped errors, 2.44 for Gaussian."""
+    if standardized_error.numel() == 0:
+        return float("nan")
+    q50, q90 = standardized_error.double().quantile(torch.tensor([0.5, 0.9], dtype=torch.float64))
+    return float(q90 / q50) if q50 > 0 else float("inf")
+
+
+def rescaling_range(standardized_error: Tensor, bands: dict[float, tuple[float, float]]) -> tuple[float, float] | None:
+    """Every factor c with ``low ≤ coverage_p(c) ≤ high`` for each ``p: (low, high)`` of ``bands``, where
+    ``coverage_p(c) = mean_j [z_j ≤ c·tan(π·p/2)]`` is the coverage after multiplying every scale by c.
+
+    Each coverage is a non-decreasing step function of c, so the factors that satisfy every band form one
+    interval; it is returned as ``(smallest, largest)`` of the step points inside it (exact: only at those
+    points does any coverage change), or None when no c satisfies every band.
+    """
+    z = standardized_error.double().flatten()  # (M,)
+    if z.numel() == 0:
+        raise ValueError("rescaling_range needs at least one standardised error")
+    for level, (low, high) in bands.items():
+        if not (0 < level < 1 and 0 <= low <= high <= 1):
+            raise ValueError(f"bad coverage band {level}: ({low}, {high})")
+    sorted_z = z.sort().values  # (M,)
+    half_widths = {level: math.tan(math.pi * level / 2) for level in bands}
+    # coverage_p is constant on [b_k, b_{k+1}) between consecutive step points b = z_j / tan(π·p/2).
+    steps = torch.cat([torch.zeros(1, dtype=torch.float64), *(sorted_z / w for w in half_widths.values())]).unique()
+    steps = steps * (1 + 1e-12)  # (K,) just right of each step, so rounding in z/w·w cannot drop that step
+    ok = torch.ones_like(steps, dtype=torch.bool)  # (K,)
+    for level, (low, high) in bands.items():
+        covered = torch.searchsorted(sorted_z, steps * half_widths[level], right=True).double() / z.numel()  # (K,)
+        ok &= (covered >= low) & (covered <= high)
+    if not ok.any():
+        return None
+    inside = steps[ok]
+    return float(inside.min()), float(inside.max())
+
+
 def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> dict[str, Any]:
     """The number metrics of the module docstring for ``predictions`` (NaN when there are none)."""
     levels = tuple(levels)
@@ -172,6 +224,7 @@ def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CAL
         "num_median_scale": float(predictions.scale.quantile(0.5)) if count else float("nan"),
         "coverage_50": coverage(predictions, 0.5),
         "coverage_90": coverage(predictions, 0.9),
+        "num_tail_ratio": tail_ratio(predictions.standardized_error()),
         "calibration": calibration_table(predictions, levels) if count else [],
     }
 

@@ -39,6 +39,7 @@ from transformers.generation.logits_process import (
 )
 
 from . import cauchy
+from .numbers import find_numbers
 
 logger = logging.getLogger(__name__)
 
@@ -763,9 +764,14 @@ class _RowText:
         return self._emit(visible)
 
     def _find_stop(self, full: str) -> None:
+        """The earliest stop string in the text not yet searched; a match that overlaps a number (the "."
+        of ``6.5``) does not count: a number is one value, written whole."""
+        numbers = [(span.start, span.end) for span in find_numbers(full)]
         best_start, best_end = None, None
         for stop in self.stop_strings:
             start = full.find(stop, max(0, self.checked - len(stop) + 1))
+            while start >= 0 and any(start < end and start + len(stop) > begin for begin, end in numbers):
+                start = full.find(stop, start + 1)
             if start >= 0 and (best_start is None or start < best_start):
                 best_start, best_end = start, start + len(stop)
         self.checked = len(full)

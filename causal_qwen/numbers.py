@@ -45,7 +45,9 @@ words: ``价格是99.9元`` gives 99.9, while ``H2O``, ``v2``, ``abc123`` give n
 
 The rules make writing back stable: replacing every number by :func:`format_number` of its value and
 running :func:`find_numbers` again finds the same values (up to float32 rounding) at the same places
-between the same text.
+between the same text. :func:`join_numbers` writes numbers between text pieces that did not come from
+reading a text (a model's output: two numbers in a row, a number right before a letter) and adds a space
+wherever a number would otherwise not read back as itself.
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ import math
 import re
 import struct
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["NumberSpan", "find_numbers", "format_number", "to_float32"]
+__all__ = ["NumberSpan", "find_numbers", "format_number", "join_numbers", "to_float32"]
 
 _SIGNS = "-\u2212"
 _SIGN_CONTEXT = r"\s([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001"
@@ -164,6 +167,47 @@ def _read_run(run: re.Match[str]) -> list[NumberSpan]:
     if len(spans) > 1 and _THOUSANDS_RE.fullmatch(",".join(format_number(span.value) for span in spans)):
         return []  # written back, the list would read as one number
     return spans
+
+
+# Separators tried around a written number, fewest first: (before, after).
+_SEPARATOR_CHOICES = (("", ""), (" ", ""), ("", " "), (" ", " "))
+# Characters of context either side that decide how a number reads back (glue, signs, lists, dots).
+_CONTEXT_CHARS = 16
+
+
+def join_numbers(pieces: Sequence[str], values: Sequence[float]) -> str:
+    """``pieces[0] + n_0 + pieces[1] + n_1 + … + pieces[-1]``, each ``n_k`` = :func:`format_number` of
+    ``values[k]``, with a space added before and/or after ``n_k`` only where, without it, ``n_k`` would not
+    read back (by :func:`find_numbers`) as one number of the same float32 value at that place.
+
+    Text read by :func:`find_numbers` and written back gets no space (the rules make that stable); a model's
+    output can need one: numbers ``5`` and ``-3`` in a row are written ``5 -3`` (``5-3`` reads 5, 3), and
+    ``5`` followed by the text ``C`` is written ``5 C`` (``5C`` is a word). Non-finite values are written
+    as they are (they never read back as numbers).
+    """
+    if len(pieces) != len(values) + 1:
+        raise ValueError(f"join_numbers needs one more text piece than numbers, got {len(pieces)} and {len(values)}")
+    spelled = [format_number(value) for value in values]
+    written = pieces[0]
+    for index, number in enumerate(spelled):
+        following = pieces[index + 1] + (spelled[index + 1] if index + 1 < len(spelled) else "")
+        before, after = _separators(written[-_CONTEXT_CHARS:], number, following[:_CONTEXT_CHARS], values[index])
+        written += before + number + after + pieces[index + 1]
+    return written
+
+
+def _separators(left: str, number: str, right: str, value: float) -> tuple[str, str]:
+    """The first of `_SEPARATOR_CHOICES` with which ``left + number + right`` reads ``number`` back."""
+    target = to_float32(value)
+    if not math.isfinite(target):
+        return "", ""
+    for before, after in _SEPARATOR_CHOICES:
+        start = len(left) + len(before)
+        spans = find_numbers(left + before + number + after + right)
+        if any(span.start == start and span.end == start + len(number) and to_float32(span.value) == target
+               for span in spans):
+            return before, after
+    return " ", " "
 
 
 def _parse(spelled: str) -> float:

@@ -56,7 +56,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
-from causal_qwen.numbers import NumberSpan, find_numbers, format_number, to_float32
+from causal_qwen.numbers import NumberSpan, find_numbers, join_numbers, to_float32
 
 __all__ = [
     "NUM_TOKEN",
@@ -607,7 +607,9 @@ class NumericTokenizer:
         attention_mask: Sequence[int] | torch.Tensor | None = None,
         skip_special_tokens: bool = False,
     ) -> str:
-        """Text of one row (S,): each ``<NUM>`` is written as :func:`format_number` of its value.
+        """Text of one row (S,): each ``<NUM>`` is written as :func:`format_number` of its value, with a
+        space added where it would otherwise not read back as that number (:func:`join_numbers`: two
+        numbers in a row, a number against a letter), so encoding the text again gives the same values.
 
         Positions with ``attention_mask == 0`` (padding) are left out. The numbers' values are kept,
         not their spelling: ``1,234.5`` comes back as ``1234.5`` and ``1.5e-3`` as ``0.0015``.
@@ -620,6 +622,7 @@ class NumericTokenizer:
         if values_list is None and self.num_token_id in ids_list:
             raise ValueError(f"ids contain {NUM_TOKEN} but no numeric_values were given")
         pieces: list[str] = []
+        numbers: list[float] = []
         text_ids: list[int] = []
         for position, token_id in enumerate(ids_list):
             if mask_list is not None and not mask_list[position]:
@@ -628,10 +631,10 @@ class NumericTokenizer:
                 text_ids.append(token_id)
                 continue
             pieces.append(self._decode_text(text_ids, skip_special_tokens))
-            pieces.append(format_number(values_list[position]))
+            numbers.append(values_list[position])
             text_ids = []
         pieces.append(self._decode_text(text_ids, skip_special_tokens))
-        return "".join(pieces)
+        return join_numbers(pieces, numbers)
 
     def batch_decode(
         self,

@@ -22,12 +22,13 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
     assert main(["demo", "--out", str(out), "--quick", "--steps", "2"]) == 0
     printed = capsys.readouterr().out
     for stage in ("[1/7] convert", "[2/7] verify", "[3/7] fine-tune", "[4/7] evaluate", "[5/7] baselines",
-                  "[6/7] plots", "[7/7] generate", "training median", "linear regression"):
+                  "[6/7] plots", "[7/7] generate", "training median", "linear regression", "interval shape"):
         assert stage in printed
 
     report = json.loads((out / "report.json").read_text())
     for key in ("num_mdae", "baseline_median_mdae", "baseline_linear_mdae", "coverage_50", "coverage_90",
-                "num_count", "calibration", "all_numbers", "language", "verification", "acceptance"):
+                "num_count", "calibration", "all_numbers", "language", "verification", "acceptance", "interval_shape",
+                "baseline_linear_interval_shape"):
         assert key in report
     assert report["num_count"] == report["split"]["held_out_rows"] == 365
     assert report["verification"]["passed"] is True
@@ -69,6 +70,23 @@ def test_linear_and_median_baselines_by_hand():
     assert result["baseline_linear_mdae"] == pytest.approx(0.25)  # errors 0.5, 0
     assert result["baseline_median_value"] == pytest.approx(4.5)  # median of 1, 3, 6, 8
     assert result["baseline_median_mdae"] == pytest.approx(6.25)  # errors 5 and 7.5
+
+
+def test_interval_shape_tells_width_from_shape():
+    generator = torch.Generator().manual_seed(0)
+    cauchy_shaped = demo.interval_shape(torch.distributions.Cauchy(0.0, 2.0).sample((4000,)).double().abs())
+    low, high = cauchy_shaped["rescaling_reaching_bands"]
+    assert low <= 2.0 <= high  # too wide or too narrow by a factor only: a rescaling fixes it
+    assert cauchy_shaped["tail_ratio"] == pytest.approx(cauchy_shaped["cauchy_tail_ratio"], rel=0.15)
+    gaussian_shaped = demo.interval_shape(torch.randn(4000, generator=generator, dtype=torch.float64).abs())
+    assert gaussian_shaped["rescaling_reaching_bands"] is None and gaussian_shaped["tail_ratio"] < 3
+    table = demo.format_table({
+        "target": "y", "num_count": 4000, "num_mdae": 1.0, "coverage_50": 0.5, "coverage_90": 1.0,
+        "baseline_median_value": 0.0, "baseline_median_mdae": 2.0, "baseline_linear_fields": ["x"],
+        "baseline_linear_mdae": 1.0, "baseline_linear_coverage_50": 0.5, "baseline_linear_coverage_90": 1.0,
+        "interval_shape": gaussian_shaped,
+    })
+    assert "no common rescaling of the scales" in table and "a Cauchy's: 6.31" in table
 
 
 def test_date_fields_become_day_of_year_terms():

@@ -45,6 +45,50 @@ def test_number_metrics_against_hand_computed_values():
     # |z| = 2, 3, 0, 0.8 → central ranks (2/π)·atan|z| = 0.705, 0.795, 0, 0.436
     assert table[0.1] == pytest.approx(0.25) and table[0.5] == pytest.approx(0.5)
     assert table[0.7] == pytest.approx(0.5) and table[0.8] == pytest.approx(1.0)
+    # z = 2, 3, 0, 0.8: q50 = 1.4, q90 = 2.7 (linear interpolation) → 2.7 / 1.4
+    assert metrics["num_tail_ratio"] == pytest.approx(2.7 / 1.4)
+
+
+def test_tail_ratio_of_cauchy_and_gaussian_errors():
+    generator = torch.Generator().manual_seed(0)
+    gaussian = torch.randn(200_000, generator=generator, dtype=torch.float64).abs()
+    cauchy_errors = torch.distributions.Cauchy(0.0, 1.0).sample((200_000,)).double().abs()
+    assert evaluation.tail_ratio(gaussian) == pytest.approx(1.6449 / 0.6745, rel=0.02)
+    assert evaluation.tail_ratio(cauchy_errors) == pytest.approx(evaluation.CAUCHY_TAIL_RATIO, rel=0.03)
+    assert evaluation.CAUCHY_TAIL_RATIO == pytest.approx(6.3138, rel=1e-4)
+
+
+def test_rescaling_range_by_hand():
+    # z = 0.5, 1, 2, 4 (50%: z <= c; 90%: z <= 6.3138·c)
+    z = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=torch.float64)
+    # coverage_50 exactly 0.5 needs 1 <= c < 2; coverage_90 <= 0.75 needs 6.3138·c < 4, i.e. c < 0.634
+    assert evaluation.rescaling_range(z, {0.5: (0.5, 0.5), 0.9: (0.0, 0.75)}) is None
+    low, high = evaluation.rescaling_range(z, {0.5: (0.5, 0.5)})
+    assert low == pytest.approx(1.0) and high == pytest.approx(1.0)  # step points inside: c = 1 (coverage 0.5 on [1, 2))
+    low, high = evaluation.rescaling_range(z, {0.5: (0.25, 0.5), 0.9: (0.75, 1.0)})
+    # 50% in [0.25, 0.5] needs 0.5 <= c < 2; 90% >= 0.75 needs c >= 2/6.3138: together [0.5, 2), whose
+    # step points are 0.5, 4/6.3138 and 1
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.0)
+    # every step point found satisfies the bands when checked directly
+    for c in (low, high):
+        scaled = NumberPredictions(value=z, loc=torch.zeros(4, dtype=torch.float64), scale=torch.full((4,), c, dtype=torch.float64),
+                                   document=torch.zeros(4, dtype=torch.long), position=torch.zeros(4, dtype=torch.long),
+                                   ordinal=torch.zeros(4, dtype=torch.long), from_end=torch.zeros(4, dtype=torch.long))
+        assert 0.25 <= evaluation.coverage(scaled, 0.5) <= 0.5 and 0.75 <= evaluation.coverage(scaled, 0.9) <= 1.0
+    with pytest.raises(ValueError, match="band"):
+        evaluation.rescaling_range(z, {0.5: (0.6, 0.4)})
+    with pytest.raises(ValueError, match="at least one"):
+        evaluation.rescaling_range(z[:0], {0.5: (0.4, 0.6)})
+
+
+def test_rescaling_reaches_both_bands_for_cauchy_errors_only():
+    generator = torch.Generator().manual_seed(1)
+    bands = {0.5: (0.40, 0.60), 0.9: (0.80, 0.97)}
+    cauchy_errors = torch.distributions.Cauchy(0.0, 3.0).sample((5_000,)).double().abs()
+    gaussian_errors = 3.0 * torch.randn(5_000, generator=generator, dtype=torch.float64).abs()
+    low, high = evaluation.rescaling_range(cauchy_errors, bands)
+    assert low <= 3.0 <= high  # the true scale is inside the range
+    assert evaluation.rescaling_range(gaussian_errors, bands) is None
 
 
 def test_select_by_number_index():
@@ -216,6 +260,6 @@ def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 3
     for key in ("perplexity", "token_accuracy_ovr", "token_accuracy_softmax", "num_mdae", "num_mape", "num_nll",
-                "coverage_50", "coverage_90"):
+                "coverage_50", "coverage_90", "num_tail_ratio"):
         assert isinstance(metrics[key], float)
     assert len(metrics["calibration"]) == 10

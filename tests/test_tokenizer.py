@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from causal_qwen.numbers import NumberSpan, find_numbers, format_number, to_float32
+from causal_qwen.numbers import NumberSpan, find_numbers, format_number, join_numbers, to_float32
 from causal_qwen.tokenizer import (
     NUM_TOKEN,
     QWEN25_MODEL_VOCAB_SIZE,
@@ -187,6 +187,45 @@ def test_writing_numbers_back_is_stable(text: str) -> None:
     again = find_numbers(rewritten)
     assert values32(again) == values32(spans)
     assert without_numbers(rewritten, again) == pieces
+
+
+@pytest.mark.parametrize(
+    ("pieces", "values", "written"),
+    [
+        (["rain ", " mm"], [0.5], "rain 0.5 mm"),  # nothing to add
+        (["high ", "", ""], [5.0, -3.0], "high 5 -3"),  # "5-3" would read 5, 3
+        (["", "", ""], [14.5, 10.25], "14.5 10.25"),  # "14.510.25" would read as text
+        (["high ", "C."], [5.0], "high 5 C."),  # "5C" is a word
+        (["low", ""], [-3.2], "low -3.2"),  # "low-3.2" is a word
+        (["", ",", ""], [1.0, 234.0], "1 ,234"),  # "1,234" would read 1234
+        (["价格是", "元"], [99.9], "价格是99.9元"),
+        (["x ", ""], [float("nan")], "x nan"),
+    ],
+)
+def test_join_numbers(pieces: list[str], values: list[float], written: str) -> None:
+    assert join_numbers(pieces, values) == written
+
+
+def test_join_numbers_needs_one_more_piece() -> None:
+    with pytest.raises(ValueError, match="one more text piece"):
+        join_numbers(["a"], [1.0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from(list("-+.,eE x_(\u2212价C")), max_size=4), min_size=1, max_size=6).flatmap(
+        lambda pieces: st.tuples(
+            st.just(pieces),
+            st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=len(pieces) - 1,
+                     max_size=len(pieces) - 1),
+        )
+    )
+)
+def test_joined_numbers_read_back(pieces_and_values: tuple[list[str], list[float]]) -> None:
+    """Whatever text surrounds them, the numbers written by join_numbers are found again, in order."""
+    pieces, values = pieces_and_values
+    found = find_numbers(join_numbers(pieces, values))
+    assert values32(found) == [to_float32(v) for v in values]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -115,6 +115,7 @@ def format_metrics(metrics: dict) -> str:
         ("num_median_scale", "median scale_Y"),
         ("coverage_50", "coverage of central 50% interval"),
         ("coverage_90", "coverage of central 90% interval"),
+        ("num_tail_ratio", "q90/q50 of |y - loc_Y|/scale_Y (Cauchy: 6.31)"),
     ]
     rows = [(label, _fmt(metrics[key])) for key, label in labels if key in metrics]
     width = max(len(label) for label, _ in rows)
