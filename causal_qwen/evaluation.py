@@ -167,6 +167,13 @@ def coverage(predictions: NumberPredictions, level: float) -> float:
     return float(inside.double().mean())
 
 
+def standardized_coverage(standardized_error: Tensor, level: float) -> float:
+    """``mean_j [z_j ≤ tan(π·level/2)]``: the coverage of central ``level`` intervals, from ``z = |y − loc|/scale``."""
+    if not 0 < level < 1:
+        raise ValueError(f"coverage level must lie strictly between 0 and 1, got {level}")
+    return float((standardized_error <= math.tan(math.pi * level / 2)).double().mean())
+
+
 def calibration_table(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> list[dict]:
     """``[{"nominal": p, "empirical": coverage(p)}, …]`` for each nominal level."""
     return [{"nominal": float(level), "empirical": coverage(predictions, level)} for level in levels]

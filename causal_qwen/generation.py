@@ -766,10 +766,12 @@ class _RowText:
     def _find_stop(self, full: str) -> None:
         """The earliest stop string in the text not yet searched; a match that overlaps a number (the "."
         of ``6.5``) does not count: a number is one value, written whole."""
-        numbers = [(span.start, span.end) for span in find_numbers(full)]
+        numbers: list[tuple[int, int]] | None = None  # number spans, read only once some stop string matches
         best_start, best_end = None, None
         for stop in self.stop_strings:
             start = full.find(stop, max(0, self.checked - len(stop) + 1))
+            if start >= 0 and numbers is None:
+                numbers = [(span.start, span.end) for span in find_numbers(full)]
             while start >= 0 and any(start < end and start + len(stop) > begin for begin, end in numbers):
                 start = full.find(stop, start + 1)
             if start >= 0 and (best_start is None or start < best_start):

@@ -49,6 +49,12 @@ def test_number_metrics_against_hand_computed_values():
     assert metrics["num_tail_ratio"] == pytest.approx(2.7 / 1.4)
 
 
+def test_standardized_coverage_equals_interval_coverage():
+    predictions = hand_predictions()
+    for level in evaluation.CALIBRATION_LEVELS:
+        assert evaluation.standardized_coverage(predictions.standardized_error(), level) == evaluation.coverage(predictions, level)
+
+
 def test_tail_ratio_of_cauchy_and_gaussian_errors():
     generator = torch.Generator().manual_seed(0)
     gaussian = torch.randn(200_000, generator=generator, dtype=torch.float64).abs()
