@@ -493,7 +493,7 @@ class _Decoder:
             inputs_embeds=embeds,
             attention_mask=self.attention_mask if self.has_padding else None,
             position_ids=self.next_position_ids,
-            past_key_values=self.cache,
+            cache=self.cache,
             use_cache=True,
         )
         return out.last_hidden_state[:, -1]  # (B,H)

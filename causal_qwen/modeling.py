@@ -52,7 +52,7 @@ class CausalQwenOutput(ModelOutput):
     loc_U: Tensor | None = None
     scale_U: Tensor | None = None
     features: Tensor | None = None
-    past_key_values: Cache | None = None
+    cache: Cache | None = None
 
 
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
@@ -135,7 +135,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         numeric_values: Tensor | None = None,
         attention_mask: Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -169,14 +169,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             **kwargs,
         )
         features = backbone_out.last_hidden_state  # (B,S,H)
         loc_U, scale_U = self.abduction(features)  # (B,S,C) each
 
-        output = CausalQwenOutput(past_key_values=backbone_out.past_key_values)
+        output = CausalQwenOutput(cache=backbone_out.cache)
         if labels is not None:
             assert numeric_values is not None
             self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask)

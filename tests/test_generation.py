@@ -304,7 +304,7 @@ def test_kv_cache_is_reused_and_prefix_never_rerun(small_model, mode):
 
     def record(module, args, kwargs):
         fed.append(kwargs["inputs_embeds"].shape[1])
-        cache = kwargs["past_key_values"]
+        cache = kwargs["cache"]
         assert cache.get_seq_length() == (0 if len(fed) == 1 else 7 + len(fed) - 2)
 
     handle = small_model.model.register_forward_pre_hook(record, with_kwargs=True)
