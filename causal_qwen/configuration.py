@@ -13,6 +13,7 @@ NOISE_MODES = ("constant", "uniform", "zero")
 OVR_REDUCTIONS = ("sum", "mean")
 OVR_LOSS_IMPLEMENTATIONS = ("fused", "reference")
 THRESHOLD_KINDS = ("scalar", "per_token")
+OVR_CALIBRATIONS = ("base_agreement", "none")
 
 
 class CausalQwenConfig(Qwen2Config):
@@ -40,6 +41,10 @@ class CausalQwenConfig(Qwen2Config):
     regression_gate_alpha (`float`, defaults to 0.0): ``α`` in ``gate = α + (1-α)·P_<NUM>``.
     detach_regression_gate (`bool`, defaults to True): stop gradients through the gate.
     numeric_embedding_init_std (`float`, defaults to 0.02): std of ``w_num`` before it is normalised to unit length.
+    ovr_calibration (`str`, defaults to ``"base_agreement"``): how the conversion from Qwen sets the thresholds and
+        the decision scale (`causal_qwen.calibration`): ``"base_agreement"`` fits them to the base's logits on a fixed
+        calibration text; ``"none"`` keeps the literal ``initial_scale`` / ``noise_init`` / ``ovr_threshold``.
+    calibration_positions (`int`, defaults to 4096): calibration text positions used by ``"base_agreement"``.
     """
 
     model_type = "causal_qwen"
@@ -60,6 +65,8 @@ class CausalQwenConfig(Qwen2Config):
     regression_gate_alpha: float = 0.0
     detach_regression_gate: bool = True
     numeric_embedding_init_std: float = 0.02
+    ovr_calibration: str = "base_agreement"
+    calibration_positions: int = 4096
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -85,6 +92,8 @@ class CausalQwenConfig(Qwen2Config):
         one_of("ovr_reduction", OVR_REDUCTIONS)
         one_of("ovr_loss_implementation", OVR_LOSS_IMPLEMENTATIONS)
         one_of("ovr_threshold_kind", THRESHOLD_KINDS)
+        one_of("ovr_calibration", OVR_CALIBRATIONS)
+        positive("calibration_positions")
         if not (math.isfinite(self.noise_init) and self.noise_init >= 0):
             raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
         if not math.isfinite(self.ovr_threshold):

@@ -100,6 +100,9 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     """
     gguf_file = overrides.pop("gguf_file", None)
     dtype = overrides.pop("dtype", None)
+    tokenizer = overrides.pop("tokenizer", None)
+    if overrides.get("ovr_calibration", "base_agreement") != "none":
+        overrides.setdefault("ovr_threshold_kind", "per_token")
     qwen = load_qwen_base(base, gguf_file=gguf_file, dtype=dtype)
     vocab_rows = qwen.model.embed_tokens.num_embeddings
     num_token_id = overrides.pop("num_token_id", None)
@@ -138,7 +141,32 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     model.config.dtype = parameter_dtype
     model.generation_config = qwen.generation_config
     model.config._name_or_path = getattr(qwen.config, "_name_or_path", "")
-    return model.eval()
+    model.eval()
+    if config.ovr_calibration != "none":
+        from .calibration import calibrate
+
+        calibrate(
+            model,
+            tokenizer,
+            positions=config.calibration_positions,
+            seed=int(getattr(config, "seed", 0) or 0),
+            memo_key=_memo_key(base, gguf_file, dtype),
+        )
+    return model
+
+
+def _memo_key(base, gguf_file, dtype) -> tuple | None:
+    """Identifies a base across conversions in one process (presets by name, files by path, size and time)."""
+    if not isinstance(base, (str, os.PathLike)):
+        return None
+    name = os.fspath(base)
+    if presets.is_preset(name):
+        return ("preset", name, str(dtype))
+    path = Path(name) if gguf_file is None else Path(name) / gguf_file
+    if path.exists():
+        stat = path.stat()
+        return ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns, str(dtype))
+    return None
 
 
 def _grow_embedding_by_one(model, qwen: Qwen2ForCausalLM) -> None:

@@ -63,5 +63,5 @@ def convert_base(base, gguf_file: str | None = None, **overrides):
 
     tokenizer = load_tokenizer_for_base(base, gguf_file)
     overrides.setdefault("num_token_id", tokenizer.num_token_id)
-    model = CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file, **overrides)
+    model = CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file, tokenizer=tokenizer, **overrides)
     return model, tokenizer

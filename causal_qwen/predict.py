@@ -38,6 +38,7 @@ class TokenCandidate:
     ovr_probability: float
     loc_S: float
     scale_S: float
+    threshold: float
     softmax_probability: float
     softmax_rank: int
 
@@ -115,6 +116,7 @@ def next_step_view(
             ovr_probability=float(probability[token]),
             loc_S=float(loc_S[token]),
             scale_S=float(scale_S[token]),
+            threshold=float(threshold if threshold.dim() == 0 else threshold[token]),
             softmax_probability=float(softmax[token]),
             softmax_rank=softmax_rank(token),
         )

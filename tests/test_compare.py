@@ -20,7 +20,7 @@ def test_compare_report_passes_on_presets(preset):
     report = compare_models(qwen, causal, NumericTokenizer.default(), base_name=preset)
     assert report.feature_max_abs_diff == 0.0
     assert report.logits_max_abs_diff <= 1e-5
-    assert abs(report.scale_U_mean - 10.0) <= 1e-4 and report.scale_U_std <= 1e-5
+    assert abs(report.scale_U_mean - report.expected_scale_U) <= 1e-4 and report.scale_U_std <= 1e-5
     assert report.num_token_id == 151665
     assert report.weights_identical and report.passed
     assert report.positions_after_numbers > 0 and report.feature_max_abs_diff_after_numbers > 0

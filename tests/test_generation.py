@@ -391,7 +391,7 @@ def test_next_step_view_lines_up_with_standard_and_greedy(small_model):
     assert view.standard_choice == view.candidates[0].token_id == int(standard.token_ids[0, 0])
     assert view.traditional_choice == int(greedy.token_ids[0, 0])
     top = view.candidates[0]
-    assert top.ovr_probability == pytest.approx(math.atan2(top.scale_S, view.threshold - top.loc_S) / math.pi, rel=1e-5)
+    assert top.ovr_probability == pytest.approx(math.atan2(top.scale_S, top.threshold - top.loc_S) / math.pi, rel=1e-5)
     n = view.number
     assert n.interval_90[0] < n.interval_50[0] < n.median < n.interval_50[1] < n.interval_90[1]
     assert json.loads(json.dumps(view.to_dict()))["number"]["token_id"] == SMALL_NUM_ID

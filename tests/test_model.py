@@ -33,13 +33,14 @@ def test_conversion_reproduces_qwen_exactly(small_base):
     assert torch.equal(out.loc_U, out.features)
     assert (out.loc_S - qwen_out.logits).abs().max() <= 1e-5
     assert torch.equal(out.logits, out.loc_S)
-    assert (out.scale_U - 10.0).abs().max() <= 1e-5
+    assert (out.scale_U - model.config.initial_scale).abs().max() <= 1e-5 * model.config.initial_scale
     assert out.loc_S.shape == (2, 10, SMALL_VOCAB) and out.loc_Y.shape == (2, 10)
 
 
 @torch.no_grad()
 def test_initialisation_table(small_base):
-    model = convert(small_base)
+    """The literal table (``ovr_calibration="none"``); the calibrated default is tested in test_calibration.py."""
+    model = convert(small_base, ovr_calibration="none")
     lm_head = small_qwen(tied=small_base.config.tie_word_embeddings).lm_head.weight
     head = model.action.classification_head
     assert torch.equal(head.weight, lm_head) and torch.all(head.bias == 0)

@@ -29,13 +29,13 @@ def format_view(view: NextStepView) -> str:
     threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
     lines = [f"next step after {view.text!r}{threshold}"]
     header = (
-        f"{'rank':>4}  {'id':>7}  {'token':<16} {'P_ovr':>10} {'loc_S':>10} {'scale_S':>10} {'softmax':>10} "
+        f"{'rank':>4}  {'id':>7}  {'token':<16} {'P_ovr':>10} {'loc_S':>10} {'C':>8} {'scale_S':>10} {'softmax':>10} "
         f"{'sm_rank':>7}"
     )
     lines.append(header)
     for rank, c in enumerate(view.candidates, start=1):
         lines.append(
-            f"{rank:>4}  {c.token_id:>7}  {c.token!r:<16} {c.ovr_probability:>10.4g} {c.loc_S:>10.4g} "
+            f"{rank:>4}  {c.token_id:>7}  {c.token!r:<16} {c.ovr_probability:>10.4g} {c.loc_S:>10.4g} {c.threshold:>8.4g} "
             f"{c.scale_S:>10.4g} {c.softmax_probability:>10.4g} {c.softmax_rank:>7}"
         )
     n = view.number
