@@ -107,3 +107,56 @@ def test_sum_of_independent_cauchys(a, s, b, t):
     draws = cauchy.sample(torch.full((20000,), a, dtype=torch.float64), torch.full((20000,), s, dtype=torch.float64), generator=generator)
     draws = draws + cauchy.sample(torch.full((20000,), b, dtype=torch.float64), torch.full((20000,), t, dtype=torch.float64), generator=generator)
     assert stats.kstest(((draws - (a + b)) / (s + t)).numpy(), "cauchy").pvalue > 1e-4
+
+
+def test_decision_score_orders_like_probability_and_is_float32_for_bf16():
+    loc = torch.tensor([3.0, -2.0, 0.5, 10.0], dtype=torch.float64)
+    scale = torch.tensor([1.0, 0.5, 4.0, 20.0], dtype=torch.float64)
+    threshold = torch.tensor([1.0, -3.0, 0.0, 2.0], dtype=torch.float64)
+    z = cauchy.decision_score(loc, scale, threshold)
+    torch.testing.assert_close(z, (loc - threshold) / scale)
+    assert torch.equal(z.argsort(), cauchy.ovr_probability(loc, scale, threshold).argsort())
+    # bf16 scores near a threshold of 100: the difference is taken in float32, never rounded to bf16's 0.5 steps.
+    loc_bf16 = torch.tensor([0.0625, 0.125], dtype=torch.bfloat16)
+    z_bf16 = cauchy.decision_score(loc_bf16, torch.ones(2, dtype=torch.bfloat16), 100.0)
+    assert z_bf16.dtype == torch.float32
+    assert z_bf16.tolist() == [0.0625 - 100.0, 0.125 - 100.0]
+    assert (loc_bf16 - 100.0)[0] == (loc_bf16 - 100.0)[1], "bf16 itself cannot tell them apart"
+    assert torch.isfinite(cauchy.decision_score(torch.ones(1), torch.zeros(1), 0.0)).all()
+
+
+def test_interval_half_width_is_the_standard_cauchy_quantile():
+    for p in (0.5, 0.8, 0.9, 0.99):
+        assert cauchy.interval_half_width(p) == pytest.approx(stats.cauchy.ppf(0.5 + p / 2))
+    assert cauchy.interval_half_width(0.5) == pytest.approx(1.0)
+    for bad in (0.0, 1.0, -0.2, float("nan")):
+        with pytest.raises(ValueError, match="coverage"):
+            cauchy.interval_half_width(bad)
+    with pytest.raises(TypeError, match="coverage"):
+        cauchy.interval_half_width("0.9")
+
+
+def test_abs_weight_is_reused_inside_a_scope_until_the_weight_changes():
+    weight = torch.nn.Parameter(torch.randn(6, 3))
+    with torch.no_grad():
+        assert cauchy.abs_weight(weight) is not cauchy.abs_weight(weight), "no reuse outside a scope"
+        with cauchy.reuse_abs_weights():
+            first = cauchy.abs_weight(weight)
+            with cauchy.reuse_abs_weights():
+                assert cauchy.abs_weight(weight) is first, "reused while the weight is unchanged"
+            assert cauchy.abs_weight(weight) is first, "an inner scope's end keeps the outer scope's copies"
+            torch.testing.assert_close(first, weight.abs())
+            weight.mul_(-2.0)  # in place: the version counter moves
+            second = cauchy.abs_weight(weight)
+            assert second is not first
+            torch.testing.assert_close(second, weight.abs())
+            with torch.inference_mode():
+                third = cauchy.abs_weight(weight)
+            assert third is second and not third.is_inference()
+        assert cauchy.abs_weight(weight) is not second, "dropped when the scope ends"
+    # With a gradient flowing into W, |W| is part of the graph (never a kept, detached copy).
+    with cauchy.reuse_abs_weights():
+        loc, scale = torch.zeros(2, 3), torch.ones(2, 3)
+        _, out_scale = cauchy.linear_transform(loc, scale, weight)
+        out_scale.sum().backward()
+    torch.testing.assert_close(weight.grad, torch.sign(weight.detach()).expand(6, 3) * 2)
