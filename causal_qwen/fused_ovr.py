@@ -461,6 +461,16 @@ class _FusedOvrFunction(torch.autograd.Function):
         )
 
 
+def _needs_gradients(differentiable_inputs: tuple[Tensor | None, ...]) -> bool:
+    """True when autograd will record the loss: grad mode is on and some input requires a gradient.
+
+    (Inside ``autograd.Function.forward`` ``ctx.needs_input_grad`` follows ``requires_grad`` only, not the
+    grad mode, so this is decided before the function is applied.)"""
+    if not torch.is_grad_enabled():
+        return False
+    return any(t is not None and t.requires_grad for t in differentiable_inputs)
+
+
 def _allocate_grads(
     needs: tuple[bool, ...], loc_c: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor
 ) -> _SliceGrads | None:
@@ -523,9 +533,14 @@ def fused_ovr_loss(
         head_bias = bias.index_select(0, sampled.rows) if bias is not None else None  # (U+m,)
         head_threshold = threshold.index_select(0, sampled.rows) if threshold.dim() else threshold
         targets, column_weights = sampled.target_columns, sampled.column_weights
-    loss, per_position, target_log_prob = _FusedOvrFunction.apply(
-        loc_U, decision_scale, head_weight, head_bias, head_threshold, targets, row_weights, column_weights, chunk_size
-    )
+    inputs = (loc_U, decision_scale, head_weight, head_bias, head_threshold, targets, row_weights, column_weights)
+    if _needs_gradients(inputs[:5]):
+        loss, per_position, target_log_prob = _FusedOvrFunction.apply(*inputs, chunk_size)
+    else:
+        # No graph will be built (torch.no_grad / inference_mode, or nothing requires a gradient): the loss
+        # only, with no gradient accumulators and no gradient products per slice.
+        per_position, target_log_prob, _ = _run_slices(*inputs, chunk_size, (False,) * 5)
+        loss = (row_weights * per_position).sum()  # ()
     p_num = None
     if num_token_id is not None:
         p_num = _num_token_probability(loc_U, decision_scale, weight, bias, threshold, num_token_id)

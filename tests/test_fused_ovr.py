@@ -245,6 +245,44 @@ def test_grad_output_scales_gradients_and_no_grad_evaluation() -> None:
     torch.testing.assert_close(evaluated.loss, base["loss"])
 
 
+def test_no_gradient_work_without_grad_mode(monkeypatch) -> None:
+    """Under torch.no_grad / inference_mode (evaluation) no gradient buffer is allocated and no per-slice
+    gradient product runs, although the inputs require gradients; with grad mode on, both happen."""
+    from causal_qwen import fused_ovr
+
+    calls = {"slice_grads": 0, "allocations": 0}
+    real_accumulate, real_allocate = fused_ovr._accumulate_slice_grads, fused_ovr._allocate_grads
+
+    def counting_accumulate(*args, **kwargs):
+        calls["slice_grads"] += 1
+        return real_accumulate(*args, **kwargs)
+
+    def counting_allocate(*args, **kwargs):
+        grads = real_allocate(*args, **kwargs)
+        calls["allocations"] += grads is not None
+        return grads
+
+    monkeypatch.setattr(fused_ovr, "_accumulate_slice_grads", counting_accumulate)
+    monkeypatch.setattr(fused_ovr, "_allocate_grads", counting_allocate)
+    inputs = make_inputs(per_token=True, seed=12)
+    assert all(t.requires_grad for t in inputs[:5])
+    with torch.no_grad():
+        evaluated = fused_ovr_loss(*inputs, chunk_size=256, num_token_id=3)
+    with torch.inference_mode():
+        inferred = fused_ovr_loss(*inputs, chunk_size=256)
+    assert calls == {"slice_grads": 0, "allocations": 0}
+    assert not evaluated.loss.requires_grad
+    trained = fused_ovr_loss(*inputs, chunk_size=256)
+    assert calls == {"slice_grads": 4, "allocations": 1}, "1000 rows in slices of 256: four gradient slices"
+    torch.testing.assert_close(evaluated.loss, trained.loss.detach())
+    torch.testing.assert_close(inferred.loss, trained.loss.detach())
+    torch.testing.assert_close(evaluated.loss_per_position, trained.loss_per_position)
+    torch.testing.assert_close(evaluated.target_prob, trained.target_prob)
+    frozen = [t.detach() if t is not None else None for t in inputs[:5]] + inputs[5:]
+    fused_ovr_loss(*frozen, chunk_size=256)
+    assert calls["slice_grads"] == 4, "nothing requires a gradient: no gradient work either"
+
+
 def test_backward_twice_through_a_retained_graph_recomputes() -> None:
     inputs = make_inputs(per_token=True)
     loss = fused_ovr_loss(*inputs, chunk_size=300).loss
