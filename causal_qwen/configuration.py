@@ -1,4 +1,5 @@
-"""`CausalQwenConfig`: Qwen2's configuration plus the causal heads' settings (DESIGN §4, §5).
+"""`CausalQwenConfig`: Qwen2's configuration plus the causal heads' settings (docs/design.md: "Initialisation",
+"Losses").
 
 Every field below is validated in ``__post_init__``; a bad value raises ``ValueError`` naming it.
 """
@@ -19,7 +20,8 @@ OVR_CALIBRATIONS = ("base_agreement", "none")
 class CausalQwenConfig(Qwen2Config):
     r"""Configuration of `CausalQwenForCausalLM`: all of `Qwen2Config`, plus
 
-    causal_size (`int`, *optional*): size ``C`` of the individual representation ``U``; ``None`` means
+    causal_size (`int`, *optional*): size ``C`` of the individual representation ``U`` (the "causal size"; not the
+        threshold, which is written ``t``); ``None`` means
         ``hidden_size`` (required for the exact identity initialisation of ``W_loc``).
     num_token_id (`int`): vocabulary id of ``<NUM>``; by default the first reserved slot 151665.
     initial_scale (`float`, defaults to 10.0): ``γ0``; ``b_scale`` starts at ``softplus⁻¹(γ0)`` so that
@@ -27,7 +29,7 @@ class CausalQwenConfig(Qwen2Config):
     noise_init (`float`, defaults to 0.1): initial value of the exogenous noise scale ``b_noise``.
     noise_mode (`str`, defaults to ``"constant"``): ``"constant"`` (every component ``noise_init``),
         ``"uniform"`` (``U(0, 2·noise_init)``) or ``"zero"``.
-    ovr_threshold (`float`, defaults to 100.0): initial OvR decision threshold ``C``.
+    ovr_threshold (`float`, defaults to 100.0): initial OvR decision threshold ``t`` (``P_k = P(S_k > t_k)``).
     ovr_threshold_kind (`str`, defaults to ``"scalar"``): ``"scalar"`` or ``"per_token"`` (one per vocabulary id).
     learnable_threshold (`bool`, defaults to False): thresholds are parameters instead of buffers.
     ovr_reduction (`str`, defaults to ``"sum"``): ``"sum"`` over the vocabulary per position, or
@@ -40,7 +42,8 @@ class CausalQwenConfig(Qwen2Config):
     regression_weight (`float`, defaults to 1.0): ``λ`` in ``L = L_cls + λ·L_reg``.
     regression_gate_alpha (`float`, defaults to 0.0): ``α`` in ``gate = α + (1-α)·P_<NUM>``.
     detach_regression_gate (`bool`, defaults to True): stop gradients through the gate.
-    numeric_embedding_init_std (`float`, defaults to 0.02): std of ``w_num`` before it is normalised to unit length.
+    seed (`int`, defaults to 0): seed of the random draws made when converting from Qwen (``w_num``, ``W_reg``,
+        a ``"uniform"`` ``b_noise``); the same base and seed give the same model.
     ovr_calibration (`str`, defaults to ``"base_agreement"``): how the conversion from Qwen sets the thresholds and
         the decision scale (`causal_qwen.calibration`): ``"base_agreement"`` fits them to the base's logits on a fixed
         calibration text; ``"none"`` keeps the literal ``initial_scale`` / ``noise_init`` / ``ovr_threshold``.
@@ -64,7 +67,7 @@ class CausalQwenConfig(Qwen2Config):
     regression_weight: float = 1.0
     regression_gate_alpha: float = 0.0
     detach_regression_gate: bool = True
-    numeric_embedding_init_std: float = 0.02
+    seed: int = 0
     ovr_calibration: str = "base_agreement"
     calibration_positions: int = 4096
 
@@ -87,7 +90,8 @@ class CausalQwenConfig(Qwen2Config):
         positive("causal_size")
         positive("initial_scale")
         positive("ovr_chunk_size")
-        positive("numeric_embedding_init_std")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"CausalQwenConfig.seed must be a non-negative int, got {self.seed!r}")
         one_of("noise_mode", NOISE_MODES)
         one_of("ovr_reduction", OVR_REDUCTIONS)
         one_of("ovr_loss_implementation", OVR_LOSS_IMPLEMENTATIONS)
@@ -110,3 +114,8 @@ class CausalQwenConfig(Qwen2Config):
             )
         if self.ovr_negatives is not None and not (isinstance(self.ovr_negatives, int) and self.ovr_negatives > 0):
             raise ValueError(f"CausalQwenConfig.ovr_negatives must be a positive int or None, got {self.ovr_negatives!r}")
+
+
+# Saved configs name this class in ``auto_map`` and carry this module's source, so that AutoConfig loads them
+# with ``trust_remote_code=True`` in a Python that never imported ``causal_qwen``.
+CausalQwenConfig.register_for_auto_class()

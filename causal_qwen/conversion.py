@@ -1,4 +1,5 @@
-"""Loading Qwen2 bases and converting them to CausalQwen with the initialisation of DESIGN §4.
+"""Loading Qwen2 bases and converting them to CausalQwen with the initialisation of docs/design.md
+("Initialisation"); the random draws (w_num, W_reg, a uniform b_noise) come from ``config.seed``.
 
 | part                                   | initial value                                   |
 |----------------------------------------|-------------------------------------------------|
@@ -93,10 +94,12 @@ def causal_config_from(base_config, **overrides) -> CausalQwenConfig:
 
 
 def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) -> "CausalQwenForCausalLM":
-    """Build ``model_class`` from a Qwen2 base (see `load_qwen_base`) following DESIGN §4.
+    """Build ``model_class`` from a Qwen2 base (see `load_qwen_base`) following docs/design.md ("Initialisation").
 
-    The base's backbone module is reused, not copied; the classification head is a clone of ``lm_head``.
-    ``overrides``: `CausalQwenConfig` fields, plus ``gguf_file`` and ``dtype`` for loading.
+    The base's backbone module is reused, not copied, and reads the new model's config (one config object, as
+    after ``from_pretrained``); the classification head is a clone of ``lm_head``.
+    ``overrides``: `CausalQwenConfig` fields (``seed=`` seeds the random draws), plus ``gguf_file`` and ``dtype``
+    for loading.
     """
     gguf_file = overrides.pop("gguf_file", None)
     dtype = overrides.pop("dtype", None)
@@ -115,18 +118,19 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
         logger.warning("base has no reserved slot for <NUM>: the vocabulary grows by one row to %d", vocab_rows + 1)
 
     config = causal_config_from(qwen.config, num_token_id=num_token_id, vocab_size=vocab_rows + int(grows), **overrides)
-    generator = torch.Generator().manual_seed(config.seed if hasattr(config, "seed") else 0)
+    generator = torch.Generator().manual_seed(config.seed)
     parameter_dtype = qwen.model.embed_tokens.weight.dtype
     device = qwen.model.embed_tokens.weight.device
 
     with torch.device("meta"):
         model = model_class(config)
     model.model = qwen.model  # the backbone itself: identical features by construction
+    _share_config(model.model, qwen.config, model.config)
     model.numeric_embedding.to_empty(device=device)
     model.abduction.to_empty(device=device)
     model.action.to_empty(device=device)
     model.ovr_thresholds.to_empty(device=device)
-    model.numeric_embedding.reset_parameters(config.numeric_embedding_init_std, generator=generator)
+    model.numeric_embedding.reset_parameters(generator=generator)
     model.abduction.reset_parameters(config.initial_scale)
     model.action.reset_parameters(config.noise_init, config.noise_mode, generator=generator)
     model.ovr_thresholds.reset_parameters(config.ovr_threshold)
@@ -167,6 +171,17 @@ def _memo_key(base, gguf_file, dtype) -> tuple | None:
         stat = path.stat()
         return ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns, str(dtype))
     return None
+
+
+def _share_config(backbone: torch.nn.Module, base_config, config: CausalQwenConfig) -> None:
+    """Point every backbone module that holds the base's config at ``config``, so that ``model.model.config is
+    model.config`` (the architecture fields are the base's; a later change to the model's config reaches the
+    attention layers as it does after ``from_pretrained``)."""
+    if getattr(base_config, "_attn_implementation", None) != getattr(config, "_attn_implementation", None):
+        config._attn_implementation = base_config._attn_implementation
+    for module in backbone.modules():
+        if getattr(module, "config", None) is base_config:
+            module.config = config
 
 
 def _grow_embedding_by_one(model, qwen: Qwen2ForCausalLM) -> None:

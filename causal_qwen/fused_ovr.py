@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import cauchy
+from .cauchy import linear_transform, ovr_log_probs, ovr_probability
 from .losses import ovr_bce_per_position
 
 __all__ = [
@@ -572,10 +572,10 @@ def reference_ovr_loss(
     row_weights = _position_weights(loc_U.shape[0], position_weights, reduction, vocab, loc_U)  # (N,)
     up = (lambda t: t.float() if t is not None and t.dtype in _LOW_PRECISION else t)  # noqa: E731
     head_weight, head_bias, head_threshold = up(weight), up(bias), up(threshold)
-    loc_S, scale_S = cauchy.linear_transform(up(loc_U), up(decision_scale), head_weight, head_bias)  # (N,V) each
+    loc_S, scale_S = linear_transform(up(loc_U), up(decision_scale), head_weight, head_bias)  # (N,V) each
     if negatives is None:
         per_position = ovr_bce_per_position(loc_S, scale_S, head_threshold, target_ids)  # (N,)
-        target_log_p = cauchy.ovr_log_probs(
+        target_log_p = ovr_log_probs(
             loc_S.gather(1, target_ids[:, None]), scale_S.gather(1, target_ids[:, None]),
             head_threshold[target_ids, None] if head_threshold.dim() else head_threshold,
         )[0].squeeze(1)  # (N,)
@@ -585,7 +585,7 @@ def reference_ovr_loss(
     loss = (row_weights.to(per_position.dtype) * per_position).sum()  # ()
     p_num = None
     if num_token_id is not None:
-        p_num = cauchy.ovr_probability(
+        p_num = ovr_probability(
             loc_S[:, num_token_id],
             scale_S[:, num_token_id],
             head_threshold[num_token_id] if head_threshold.dim() else head_threshold,
@@ -602,7 +602,7 @@ def _reference_sampled_terms(
     log P of each target (N,)."""
     columns = sampled.rows
     sub_threshold = threshold[columns] if threshold.dim() else threshold
-    log_p, log_not_p = cauchy.ovr_log_probs(loc_S[:, columns], scale_S[:, columns], sub_threshold)  # (N,U+m) each
+    log_p, log_not_p = ovr_log_probs(loc_S[:, columns], scale_S[:, columns], sub_threshold)  # (N,U+m) each
     one_hot = torch.zeros_like(log_p, dtype=torch.bool)
     one_hot.scatter_(1, sampled.target_columns.unsqueeze(1), True)  # (N,U+m)
     terms = -torch.where(one_hot, log_p, log_not_p)  # (N,U+m)

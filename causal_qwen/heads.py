@@ -1,4 +1,4 @@
-"""The causal modules on top of Qwen's features (DESIGN §2, §4).
+"""The causal modules on top of Qwen's features (docs/design.md: "Data flow", "Initialisation").
 
 Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary rows.
 
@@ -8,6 +8,7 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
     s       = scale_U + |b_noise|                                                          (B,S,C)
     loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ                                (B,S,V)
     loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ                                (B,S)
+    P_k     = P(S_k > t_k)           t: the One-vs-Rest thresholds, () or (V,)             (B,S,V)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch.nn import functional as F
 
 from transformers import initialization as init
 
-from . import cauchy
+from .cauchy import inverse_softplus, linear_transform
 
 # The reset methods below write through `transformers.initialization`, whose functions skip tensors that
 # `from_pretrained` has already filled, so loading a checkpoint never overwrites loaded weights.
@@ -36,8 +37,9 @@ class NumericEmbedding(nn.Module):
         super().__init__()
         self.direction = nn.Parameter(torch.zeros(hidden_size))  # (H,)
 
-    def reset_parameters(self, init_std: float, generator: torch.Generator | None = None) -> None:
-        draw = torch.randn(self.direction.shape, generator=generator, dtype=torch.float32) * init_std  # (H,)
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """A uniformly random unit direction: a standard normal draw divided by its norm."""
+        draw = torch.randn(self.direction.shape, generator=generator, dtype=torch.float32)  # (H,)
         init.copy_(self.direction, draw / draw.norm())
 
     def forward(self, numeric_values: Tensor) -> Tensor:
@@ -60,7 +62,7 @@ class AbductionNetwork(nn.Module):
         init.copy_(self.loc_net.weight, torch.eye(causal_size, hidden_size))  # (C,H)
         init.zeros_(self.loc_net.bias)
         init.zeros_(self.scale_net.weight)
-        init.constant_(self.scale_net.bias, cauchy.inverse_softplus(initial_scale))
+        init.constant_(self.scale_net.bias, inverse_softplus(initial_scale))
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
         # features: (B,S,H) -> loc_U, scale_U: (B,S,C)
@@ -70,7 +72,8 @@ class AbductionNetwork(nn.Module):
 
 
 class OvrThresholds(nn.Module):
-    """One-vs-Rest decision thresholds ``C``: a scalar or one per vocabulary id, a buffer or a parameter."""
+    """One-vs-Rest decision thresholds ``t`` (``P_k = P(S_k > t_k)``): a scalar or one per vocabulary id, a
+    buffer or a parameter."""
 
     def __init__(self, vocab_size: int, per_token: bool, learnable: bool) -> None:
         super().__init__()
@@ -82,6 +85,22 @@ class OvrThresholds(nn.Module):
 
     def reset_parameters(self, initial_value: float) -> None:
         init.constant_(self.values, initial_value)
+
+    def resize(self, vocab_size: int) -> None:
+        """Follow a vocabulary resize: per-token thresholds keep their first ``min(V, V')`` values and new rows
+        get the mean of the old ones (a scalar threshold is left as it is)."""
+        old = self.values
+        if old.dim() == 0 or old.shape[0] == vocab_size:
+            return
+        with torch.no_grad():
+            kept = old.detach()[:vocab_size]  # (min(V,V'),)
+            fill = old.detach().float().mean().to(old.dtype)
+            extra = fill.expand(max(vocab_size - old.shape[0], 0))  # (V'-V,) or (0,)
+            values = torch.cat([kept, extra]).clone()  # (V',)
+        if isinstance(old, nn.Parameter):
+            self.values = nn.Parameter(values, requires_grad=old.requires_grad)
+        else:
+            self.register_buffer("values", values)
 
     def forward(self) -> Tensor:
         return self.values
@@ -120,10 +139,10 @@ class ActionNetwork(nn.Module):
     def classify(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
         """``loc_S = W_cls loc_U + b_cls``, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ``: (B,S,V) each."""
         head = self.classification_head
-        return cauchy.linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        return linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
 
     def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
         """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ``: (B,S) each."""
         head = self.regression_head
-        loc_Y, scale_Y = cauchy.linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         return loc_Y.squeeze(-1), scale_Y.squeeze(-1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import cauchy
+from .cauchy import nll, ovr_log_probs
 
 IGNORE_INDEX = -100
 
@@ -56,7 +56,7 @@ def ovr_bce_per_position(loc_S: Tensor, scale_S: Tensor, threshold: Tensor, targ
 
     loc_S, scale_S: (N,V); threshold: () or (V,); target_ids: (N,)  →  (N,)
     """
-    log_p, log_not_p = cauchy.ovr_log_probs(loc_S, scale_S, threshold)  # (N,V) each
+    log_p, log_not_p = ovr_log_probs(loc_S, scale_S, threshold)  # (N,V) each
     one_hot = torch.zeros_like(loc_S, dtype=torch.bool)
     one_hot.scatter_(1, target_ids.unsqueeze(1), True)  # (N,V)
     return -torch.where(one_hot, log_p, log_not_p).sum(dim=1)
@@ -79,5 +79,5 @@ def gated_regression_loss(
     if count == 0:
         return loc_Y.sum() * 0.0
     gate = alpha + (1.0 - alpha) * (p_num.detach() if detach_gate else p_num)
-    nll = cauchy.nll(target_values[is_number_target], loc_Y[is_number_target], scale_Y[is_number_target])
-    return (gate[is_number_target] * nll).sum() / count
+    number_nll = nll(target_values[is_number_target], loc_Y[is_number_target], scale_Y[is_number_target])
+    return (gate[is_number_target] * number_nll).sum() / count

@@ -8,6 +8,11 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
     S_k     ~ Cauchy(loc_S, scale_S),  Y ~ Cauchy(loc_Y, scale_Y)                              (B,S,V), (B,S)
 
 The backbone keeps Qwen's attribute names (``model.*``), so Qwen checkpoints load without renaming.
+docs/design.md describes the data flow, the initialisation and the losses.
+
+Saved folders carry ``auto_map`` and a copy of this package's modules (`register_for_auto_class`, the custom
+model mechanism of transformers), so ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``
+loads them in a Python that never imported ``causal_qwen``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-from . import cauchy, losses
+from .cauchy import linear_transform, ovr_probability
+from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, NumericEmbedding, OvrThresholds
 
@@ -60,11 +66,11 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
     config: CausalQwenConfig
 
     def _init_weights(self, module: torch.nn.Module) -> None:
-        """Qwen's init for the backbone; DESIGN §4 for the causal modules (the classification head gets
-        Qwen's normal init here and ``lm_head``'s values in ``from_qwen``)."""
+        """Qwen's init for the backbone; the table of docs/design.md ("Initialisation") for the causal modules
+        (the classification head gets Qwen's normal init here and ``lm_head``'s values in ``from_qwen``)."""
         config = self.config
         if isinstance(module, NumericEmbedding):
-            module.reset_parameters(config.numeric_embedding_init_std)
+            module.reset_parameters()
         elif isinstance(module, AbductionNetwork):
             module.reset_parameters(config.initial_scale)
         elif isinstance(module, ActionNetwork):
@@ -112,13 +118,48 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
     def get_output_embeddings(self) -> torch.nn.Linear:
         return self.action.classification_head
 
+    def set_output_embeddings(self, new_embeddings: torch.nn.Linear) -> None:
+        """Install a new classification head ``W_cls, b_cls`` (V',C); per-token thresholds follow its row count
+        (`OvrThresholds.resize`: kept rows keep their values, new rows get the mean of the old ones)."""
+        if not isinstance(new_embeddings, torch.nn.Linear):
+            raise TypeError(f"the output embeddings must be a torch.nn.Linear, got {type(new_embeddings).__name__}")
+        if new_embeddings.in_features != self.config.causal_size:
+            raise ValueError(
+                f"the output embeddings take {new_embeddings.in_features} inputs, expected the causal size "
+                f"{self.config.causal_size}"
+            )
+        self.action.classification_head = new_embeddings
+        self.ovr_thresholds.resize(new_embeddings.out_features)
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> torch.nn.Embedding:
+        """`PreTrainedModel.resize_token_embeddings` for the embedding, the classification head (rows added at
+        the end, or removed from the end) and the per-token thresholds; ``<NUM>`` keeps its id, which must stay
+        inside the new vocabulary."""
+        if new_num_tokens is not None:
+            if isinstance(new_num_tokens, bool) or not isinstance(new_num_tokens, int) or new_num_tokens < 1:
+                raise ValueError(f"new_num_tokens must be a positive int, got {new_num_tokens!r}")
+            if new_num_tokens <= self.config.num_token_id:
+                raise ValueError(
+                    f"new_num_tokens={new_num_tokens} would drop <NUM> (id {self.config.num_token_id}): "
+                    f"keep at least {self.config.num_token_id + 1} rows"
+                )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.model.vocab_size = self.config.vocab_size
+        return embeddings
+
     @classmethod
     def from_qwen(cls, base, **overrides) -> "CausalQwenForCausalLM":
         """Convert a Qwen2 base (a ``Qwen2ForCausalLM``, hub id, local folder, ``.gguf`` file or ``random:*``
-        preset) with the initialisation of DESIGN §4. ``overrides`` set `CausalQwenConfig` fields;
-        ``gguf_file=`` and ``dtype=`` are passed to the loader."""
-        from .conversion import convert_qwen
-
+        preset) with the initialisation of docs/design.md ("Initialisation"). ``overrides`` set
+        `CausalQwenConfig` fields (``seed`` among them); ``gguf_file=`` and ``dtype=`` are passed to the loader."""
+        # An absolute import: a folder saved with its code (see the module docstring) carries the modules that
+        # load and run the model, not the conversion, which needs the installed package.
+        try:
+            from causal_qwen.conversion import convert_qwen
+        except ImportError as error:
+            raise ImportError("converting a Qwen base needs the causal_qwen package: pip install causal-qwen") from error
         return convert_qwen(cls, base, **overrides)
 
     # ---- forward -------------------------------------------------------------------------------------------
@@ -145,8 +186,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
     ) -> CausalQwenOutput:
         """Run the backbone and the causal heads.
 
-        ``numeric_values`` (B,S) holds each ``<NUM>``'s value and 0 elsewhere (None: all 0).
-        ``labels`` (B,S), unshifted, ``-100`` ignored: the loss of DESIGN §5 is returned with its parts.
+        ``numeric_values`` (B,S) holds each ``<NUM>``'s value and 0 elsewhere (None: all 0, i.e. no numbers:
+        ``phi(0) = 0``).
+        ``labels`` (B,S), unshifted, ``-100`` ignored: the loss of docs/design.md ("Losses") is returned with its
+        parts. Without ``numeric_values`` the labels must not hold a ``<NUM>`` target (its value would be unknown).
         ``logits_to_keep``: as in Qwen, evaluate the heads on the last k positions only (0 = all).
         ``return_scores``: build the (B,S,V) ``loc_S``/``scale_S``; by default yes, except when ``labels`` are
         given and the fused loss is used (training never needs them).
@@ -156,14 +199,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 raise ValueError("forward needs input_ids or inputs_embeds")
             numeric_values = self._checked_numeric_values(input_ids, numeric_values)
             inputs_embeds = self.embed(input_ids, numeric_values)
-        elif numeric_values is None and labels is not None:
-            raise ValueError("with inputs_embeds and labels, pass numeric_values too (the regression targets)")
+        if labels is not None:
+            numeric_values = self._regression_values(labels, numeric_values, inputs_embeds)
         if attention_mask is not None and attention_mask.shape != inputs_embeds.shape[:2]:
             raise ValueError(
                 f"attention_mask has shape {tuple(attention_mask.shape)}, expected {tuple(inputs_embeds.shape[:2])}"
             )
-        if labels is not None and labels.shape != inputs_embeds.shape[:2]:
-            raise ValueError(f"labels has shape {tuple(labels.shape)}, expected {tuple(inputs_embeds.shape[:2])}")
 
         backbone_out = self.model(
             inputs_embeds=inputs_embeds,
@@ -178,7 +219,6 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         output = CausalQwenOutput(cache=backbone_out.cache)
         if labels is not None:
-            assert numeric_values is not None
             self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask)
 
         if return_scores is None:
@@ -214,6 +254,33 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             )
         return numeric_values
 
+    def _regression_values(self, labels: Tensor, numeric_values: Tensor | None, inputs_embeds: Tensor) -> Tensor:
+        """The values the regression targets read (B,S): ``numeric_values``, or zeros when there are no numbers.
+
+        Raises ``TypeError`` for labels that are not an integer tensor and ``ValueError`` when they hold a
+        ``<NUM>`` target while ``numeric_values`` is None."""
+        if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise TypeError(f"labels must be an integer torch.Tensor of token ids, got {getattr(labels, 'dtype', type(labels).__name__)}")
+        if labels.shape != inputs_embeds.shape[:2]:
+            raise ValueError(f"labels has shape {tuple(labels.shape)}, expected {tuple(inputs_embeds.shape[:2])}")
+        if numeric_values is not None:
+            if not isinstance(numeric_values, Tensor):
+                raise TypeError(f"numeric_values must be a torch.Tensor, got {type(numeric_values).__name__}")
+            if numeric_values.shape != labels.shape:
+                raise ValueError(
+                    f"numeric_values has shape {tuple(numeric_values.shape)} but labels has {tuple(labels.shape)}"
+                )
+            return numeric_values
+        num_id = self.config.num_token_id
+        number_targets = labels[:, 1:] == num_id  # (B,S-1): the targets are labels[i+1]
+        if bool(number_targets.any()):
+            where = tuple(number_targets.nonzero()[0].tolist())
+            raise ValueError(
+                f"labels hold a <NUM> target (id {num_id}) at position {(where[0], where[1] + 1)} but numeric_values "
+                "is None: pass the numbers' values (the tokenizer returns them as numeric_values)"
+            )
+        return torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)  # (B,S) no numbers
+
     def _add_loss(
         self,
         output: CausalQwenOutput,
@@ -223,9 +290,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         numeric_values: Tensor,
         attention_mask: Tensor | None,
     ) -> None:
-        """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (DESIGN §5)."""
+        """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (docs/design.md, "Losses")."""
         config = self.config
-        targets = losses.shift_targets(labels, numeric_values, attention_mask)
+        targets = shift_targets(labels, numeric_values, attention_mask)
         causal_size = loc_U.shape[-1]
         loc_U = loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
         scale_U = scale_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
@@ -239,7 +306,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         loc_Y, scale_Y = self.action.regress(loc_U, scale_U)  # (N,) each
         is_number = targets.token_ids == config.num_token_id  # (N,)
-        reg_loss = losses.gated_regression_loss(
+        reg_loss = gated_regression_loss(
             loc_Y.float(),
             scale_Y.float(),
             targets.values,
@@ -264,9 +331,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         threshold = self.ovr_thresholds()
         num_id = self.config.num_token_id
         if self.config.ovr_loss_implementation == "fused":
-            from . import fused_ovr
+            from .fused_ovr import model_classification_loss
 
-            return fused_ovr.model_classification_loss(
+            return model_classification_loss(
                 loc_U,
                 decision_scale,
                 head.weight,
@@ -278,15 +345,15 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 chunk_size=self.config.ovr_chunk_size,
                 negatives=self.config.ovr_negatives if self.training else None,
             )
-        loc_S, scale_S = cauchy.linear_transform(loc_U, decision_scale, head.weight, head.bias)  # (N,V) each
-        per_position = losses.ovr_bce_per_position(loc_S.float(), scale_S.float(), threshold.float(), target_ids)
+        loc_S, scale_S = linear_transform(loc_U, decision_scale, head.weight, head.bias)  # (N,V) each
+        per_position = ovr_bce_per_position(loc_S.float(), scale_S.float(), threshold.float(), target_ids)
         p_num_threshold = threshold if threshold.dim() == 0 else threshold[num_id]
-        p_num = cauchy.ovr_probability(loc_S[:, num_id], scale_S[:, num_id], p_num_threshold)  # (N,)
+        p_num = ovr_probability(loc_S[:, num_id], scale_S[:, num_id], p_num_threshold)  # (N,)
         return per_position.sum() * position_weight, p_num
 
     def ovr_probabilities(self, loc_S: Tensor, scale_S: Tensor) -> Tensor:
         """``P_k = P(S_k > C_k)`` for scores from this model: (...,V) → (...,V)."""
-        return cauchy.ovr_probability(loc_S, scale_S, self.ovr_thresholds())
+        return ovr_probability(loc_S, scale_S, self.ovr_thresholds())
 
     def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):
         """Lets ``GenerationMixin.generate`` drive the model as a plain causal LM on ``loc_S`` (traditional mode):
@@ -305,3 +372,7 @@ def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:
     if isinstance(logits_to_keep, int):
         return slice(-logits_to_keep, None) if logits_to_keep > 0 else slice(None)
     return logits_to_keep
+
+
+# Saved folders name these classes in ``auto_map`` and carry this module's source (see the module docstring).
+CausalQwenForCausalLM.register_for_auto_class("AutoModelForCausalLM")
