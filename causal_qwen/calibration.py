@@ -47,7 +47,7 @@ QWEN25_TEXT_IDS = 151665  # ids below this are Qwen2.5's text and special tokens
 DEFAULT_POSITIONS = 4096
 WINDOW = 96
 TOP_K = 32
-HINGE_MARGIN = 0.02
+HINGE_MARGIN = 0.02  # in units of the median top-2 logit gap
 HINGE_STEPS = 300
 HINGE_BATCH = 1024
 OFFSET_WEIGHT = 1e-4
@@ -189,7 +189,11 @@ def fit_threshold_offsets(
     """Per-token offsets ``δ`` (V,) so that ``argmax_k (l_k − C₀ − δ_k)/n_k`` picks the top logit.
 
     Minimises ``mean_i Σ_j max(0, z_ij − z_i,top + margin) + w·‖δ‖²`` over the top-K of each position
-    (Adam, fixed batches drawn with ``seed``)."""
+    (Adam, fixed batches drawn with ``seed``). Logits, margin and offsets are measured in units of the median
+    gap between the two largest logits, so the fit behaves alike for any spread of logits."""
+    unit = float((top_values[:, 0] - top_values[:, 1]).median().clamp_min(torch.finfo(torch.float32).eps))
+    top_values = (top_values - base) / unit  # (N,K) in gap units, relative to C₀
+    base = 0.0
     generator = torch.Generator().manual_seed(seed)
     offsets = torch.zeros(vocab_size, requires_grad=True)
     optimizer = torch.optim.Adam([offsets], lr=0.05)
@@ -204,7 +208,7 @@ def fit_threshold_offsets(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    return offsets.detach()
+    return offsets.detach() * unit
 
 
 @torch.no_grad()

@@ -48,6 +48,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from . import cauchy, losses
 
@@ -55,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 # q90/q50 of |z| for z ~ Cauchy(0, 1): tan(π·0.9/2) / tan(π·0.5/2).
-CAUCHY_TAIL_RATIO = math.tan(0.45 * math.pi)
+CAUCHY_TAIL_RATIO = cauchy.interval_half_width(0.9) / cauchy.interval_half_width(0.5)
 METRIC_SETS = ("auto", "all", "language", "numbers")
 # Floats per (n, V) work tensor: 2**24 fp32 = 64 MiB; a chunk holds a handful of them.
 SCORE_ELEMENTS_PER_CHUNK = 1 << 24
@@ -171,7 +172,7 @@ def standardized_coverage(standardized_error: Tensor, level: float) -> float:
     """``mean_j [z_j ≤ tan(π·level/2)]``: the coverage of central ``level`` intervals, from ``z = |y − loc|/scale``."""
     if not 0 < level < 1:
         raise ValueError(f"coverage level must lie strictly between 0 and 1, got {level}")
-    return float((standardized_error <= math.tan(math.pi * level / 2)).double().mean())
+    return float((standardized_error <= cauchy.interval_half_width(level)).double().mean())
 
 
 def calibration_table(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> list[dict]:
@@ -202,7 +203,7 @@ def rescaling_range(standardized_error: Tensor, bands: dict[float, tuple[float, 
         if not (0 < level < 1 and 0 <= low <= high <= 1):
             raise ValueError(f"bad coverage band {level}: ({low}, {high})")
     sorted_z = z.sort().values  # (M,)
-    half_widths = {level: math.tan(math.pi * level / 2) for level in bands}
+    half_widths = {level: cauchy.interval_half_width(level) for level in bands}
     # coverage_p is constant on [b_k, b_{k+1}) between consecutive step points b = z_j / tan(π·p/2).
     steps = torch.cat([torch.zeros(1, dtype=torch.float64), *(sorted_z / w for w in half_widths.values())]).unique()
     steps = steps * (1 + 1e-12)  # (K,) just right of each step, so rounding in z/w·w cannot drop that step
@@ -249,6 +250,9 @@ class TokenTotals:
     correct_ovr: int = 0
     target_prob_sum: float = 0.0
     prob_sum_sum: float = 0.0
+    ovr_nll_sum: float = 0.0
+    standard_agree: int = 0
+    causal_agree: int = 0
 
     def add(self, other: "TokenTotals") -> None:
         self.count += other.count
@@ -257,13 +261,18 @@ class TokenTotals:
         self.correct_ovr += other.correct_ovr
         self.target_prob_sum += other.target_prob_sum
         self.prob_sum_sum += other.prob_sum_sum
+        self.ovr_nll_sum += other.ovr_nll_sum
+        self.standard_agree += other.standard_agree
+        self.causal_agree += other.causal_agree
 
     def metrics(self) -> dict[str, Any]:
         if self.count == 0:
             nan = float("nan")
             return dict(token_count=0, perplexity=nan, nll=nan, token_accuracy_softmax=nan, token_accuracy_ovr=nan,
-                        ovr_target_prob=nan, ovr_prob_sum=nan)
+                        ovr_target_prob=nan, ovr_prob_sum=nan, ovr_perplexity=nan, ovr_ppl_ratio=nan,
+                        standard_agreement=nan, causal_agreement=nan)
         mean_nll = self.nll_sum / self.count
+        mean_ovr_nll = self.ovr_nll_sum / self.count
         return {
             "token_count": self.count,
             "nll": mean_nll,
@@ -272,7 +281,15 @@ class TokenTotals:
             "token_accuracy_ovr": self.correct_ovr / self.count,
             "ovr_target_prob": self.target_prob_sum / self.count,
             "ovr_prob_sum": self.prob_sum_sum / self.count,
+            "ovr_perplexity": _safe_exp(mean_ovr_nll),
+            "ovr_ppl_ratio": _safe_exp(mean_ovr_nll - mean_nll),
+            "standard_agreement": self.standard_agree / self.count,
+            "causal_agreement": self.causal_agree / self.count,
         }
+
+
+def _safe_exp(value: float) -> float:
+    return math.exp(value) if value < 700 else float("inf")
 
 
 @dataclass
@@ -333,15 +350,16 @@ def evaluate_batches(
     evaluation = Evaluation(language=language)
     parts: list[NumberPredictions] = []
     try:
-        for index, batch in enumerate(batches):
-            totals, numbers, documents = _evaluate_batch(
-                model, batch, chunk_positions, evaluation.documents, keep_individuals, language
-            )
-            evaluation.tokens.add(totals)
-            parts.append(numbers)
-            evaluation.documents += documents
-            if progress is not None:
-                progress(index)
+        with cauchy.reuse_abs_weights():  # |W_cls| is built once for all chunks of all batches
+            for index, batch in enumerate(batches):
+                totals, numbers, documents = _evaluate_batch(
+                    model, batch, chunk_positions, evaluation.documents, keep_individuals, language
+                )
+                evaluation.tokens.add(totals)
+                parts.append(numbers)
+                evaluation.documents += documents
+                if progress is not None:
+                    progress(index)
     finally:
         model.train(was_training)
     evaluation.numbers = NumberPredictions.concatenate(parts)
@@ -368,7 +386,7 @@ def _evaluate_batch(
     if language:
         loc_U = out.loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
         scale_U = out.scale_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
-        totals = _token_totals(model, loc_U, scale_U, targets.token_ids, chunk_positions)
+        totals = token_totals(model, loc_U, scale_U, targets.token_ids, chunk_positions)
     else:
         totals = TokenTotals(count=int(targets.positions.numel()))
 
@@ -416,7 +434,7 @@ def _batch_tensors(model, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Ten
     return input_ids, numeric_values, attention_mask, labels.to(device)
 
 
-def _token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chunk_positions: int | None) -> TokenTotals:
+def token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chunk_positions: int | None) -> TokenTotals:
     """Language sums over N positions, scoring ``chunk`` positions against all V ids at a time.
 
     loc_U, scale_U: (N,C); target_ids: (N,)
@@ -424,6 +442,9 @@ def _token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chu
     vocab = model.config.vocab_size
     chunk = chunk_positions or max(1, SCORE_ELEMENTS_PER_CHUNK // vocab)
     totals = TokenTotals(count=int(target_ids.numel()))
+    thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
+    head = model.action.classification_head
+    noise_scale = F.linear(model.action.b_noise.detach().abs().float(), head.weight.detach().abs().float())  # (V,)
     for start in range(0, target_ids.numel(), chunk):
         part = slice(start, start + chunk)
         targets = target_ids[part].unsqueeze(1)  # (n,1)
@@ -434,10 +455,27 @@ def _token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chu
         totals.correct_softmax += int((loc_S.argmax(dim=-1, keepdim=True) == targets).sum())
         del log_softmax
         probs = model.ovr_probabilities(loc_S, scale_S.float())  # (n,V)
-        totals.correct_ovr += int((probs.argmax(dim=-1, keepdim=True) == targets).sum())
+        # The standard decision: argmax of P_k, taken as argmax of (loc − C)/scale (P saturates at 1 in float32).
+        standard_choice = ((loc_S - thresholds) / scale_S.float().clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)
+        totals.correct_ovr += int((standard_choice == targets[:, 0]).sum())
         totals.target_prob_sum += float(probs.gather(1, targets).double().sum())
         totals.prob_sum_sum += float(probs.double().sum(dim=-1).sum())
+        log_probs = torch.log(probs.double())  # (n,V)
+        totals.ovr_nll_sum += float((torch.logsumexp(log_probs, -1) - log_probs.gather(1, targets)[:, 0]).sum())
+        del log_probs
+        greedy = loc_S.argmax(dim=-1)  # (n,) the base's (softmax) choice
+        totals.standard_agree += int((standard_choice == greedy).sum())
+        # Causal decision with the individual at its median (u = loc_U): only the exogenous noise is left.
+        causal_choice = _median_individual_choice(loc_S - thresholds, noise_scale)  # (n,)
+        totals.causal_agree += int((causal_choice == greedy).sum())
     return totals
+
+
+def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
+    """``argmax_k (loc_S − C)_k / (|W_cls| |b_noise|)_k`` (n,); with no exogenous noise, ``argmax (loc_S − C)``."""
+    if bool((noise_scale > 0).all()):
+        return (distance / noise_scale).argmax(dim=-1)
+    return distance.argmax(dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------
