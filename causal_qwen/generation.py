@@ -1,4 +1,5 @@
-"""Generation with CausalQwen in three modes (DESIGN §6), a KV cache, left-padded batches and numbers.
+"""Generation with CausalQwen in three modes (docs/design.md, "Decision rules"), a KV cache, left-padded
+batches and numbers.
 
 Shape legend: B batch, P prompt length (left padded), H hidden size, C causal size, V vocabulary rows,
 M candidate rows of the standard-mode shortcut.
@@ -8,11 +9,15 @@ and evaluates the heads at the last position only:
 
     z (B,H) → loc_U, scale_U (B,C)                                      abduction
     traditional: loc_S = W_cls loc_U + b_cls (B,V); softmax(loc_S / T) with top-k / top-p, or argmax
-    standard:    argmax_k P(S_k > C_k) = argmax_k (loc_S_k − C_k) / scale_S_k,
+    standard:    argmax_k P(S_k > t_k) = argmax_k (loc_S_k − t_k) / scale_S_k,
                  scale_S = |W_cls| s,  s = scale_U + |b_noise| (B,C)      (exact shortcut: `ovr_argmax`)
     causal:      u = loc_U + scale_U·tan(π(ε − ½))  (ε (B,C) fixed per sequence: the "individual")
                  loc_S = W_cls u + b_cls,  scale_S = |W_cls| |b_noise| (V,)   (constant: cached per model)
-                 argmax_k (loc_S_k − C_k) / scale_S_k
+                 argmax_k (loc_S_k − t_k) / scale_S_k; rows with scale_S_k = 0 are certain (`causal_argmax`)
+
+t are the One-vs-Rest thresholds. ``loc_S`` and ``scale_S`` are computed in the weights' dtype, as the forward
+pass computes them; everything after (``loc_S − t``, the ratio) in float32, so bf16/fp16 models decide as
+`predict` and the forward pass do.
 
 When ``<NUM>`` is chosen its value is ``loc_Y = W_reg loc_U + b_reg`` (standard, traditional) or
 ``W_reg u + b_reg`` (causal); the next step's input is ``embed(<NUM>) + phi(value)``.
@@ -166,7 +171,7 @@ def _fingerprint(tensors: Sequence[Tensor]) -> tuple:
     return tuple((t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device) for t in tensors)
 
 
-def _derived(owner: torch.nn.Module, name: str, sources: Sequence[Tensor], compute: Callable[[], Tensor]) -> Tensor:
+def _derived(owner: torch.nn.Module, name: str, sources: Sequence[Tensor], compute: Callable[[], Any]) -> Any:
     """``compute()`` cached on ``owner`` under ``name`` until one of ``sources`` changes (its storage or its
     version counter: in-place updates by optimizers, ``copy_``, ``load_state_dict``). Writes through
     ``param.data`` bypass the version counter: call `clear_generation_caches` after those."""
@@ -196,21 +201,48 @@ def _inverse_row_l1(weight: Tensor) -> Tensor:
     return (1.0 / norms.clamp_min(torch.finfo(torch.float32).tiny)).float()
 
 
-def _inverse_constant_scale(weight: Tensor, noise: Tensor) -> Tensor:
-    """``1 / scale_S`` with ``scale_S = |W_cls| |b_noise|`` (V,) float32 (causal mode's position-free scale)."""
-    scale = F.linear(noise.detach().abs().to(weight.dtype), weight.detach().abs()).float()  # (V,)
-    return 1.0 / scale.clamp_min(torch.finfo(torch.float32).tiny)
+def _constant_scale(weight: Tensor, noise: Tensor, block: int = 16384) -> tuple[Tensor, bool]:
+    """``scale_S = |W_cls| |b_noise|`` (V,) in float32 (causal mode's position-free scale), built ``block`` rows at a
+    time, and whether some row's scale is 0 (no exogenous noise reaches it: ``noise_mode="zero"``)."""
+    noise32 = noise.detach().abs().float()  # (C,)
+    parts = [
+        F.linear(noise32, weight[start : start + block].detach().abs().float())  # (block,)
+        for start in range(0, weight.shape[0], block)
+    ]
+    scale = torch.cat(parts)  # (V,)
+    return scale, bool((scale == 0).any())
+
+
+def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor, has_zero_scale: bool = True) -> Tensor:
+    """``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with a position-free scale that may be 0.
+
+    loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,)  →  (B,) token ids.
+
+    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1);
+    a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if ``d_k > 0`` else 0. So certain rows with ``d > 0`` win
+    (ties between them broken by the larger ``d``); otherwise the largest ``d/scale_S`` among the rows with a
+    positive scale; when no row has one (``b_noise = 0``), the largest ``d``: the noise-free decision
+    ``argmax_k loc_S_k(u) − t_k``. ``has_zero_scale=False`` skips the checks (every scale positive).
+    """
+    if not has_zero_scale:
+        return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
+    distance = loc_S.float() - threshold.float()  # (B,V) d = loc_S − t
+    zero = scale_S == 0  # (V,)
+    if bool(zero.all()):
+        return distance.argmax(dim=-1)
+    ratio = (distance / scale_S.where(~zero, 1.0)).masked_fill(zero, -math.inf)  # (B,V) d/scale, certain rows out
+    certain_win = distance.masked_fill(~zero | (distance <= 0), -math.inf)  # (B,V) d of rows with P = 1
+    has_certain_win = (certain_win > -math.inf).any(dim=-1)  # (B,)
+    return torch.where(has_certain_win, certain_win.argmax(dim=-1), ratio.argmax(dim=-1))
 
 
 # ============================================================================================================
 # Decision rules (pure tensor functions)
 # ============================================================================================================
 def ovr_argmax_reference(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float) -> Tensor:
-    """Naive standard decision: ``argmax_k (loc_S_k − C_k) / scale_S_k`` (= argmax of ``P(S_k > C_k)``,
-    without the saturation of ``P`` near 1 in float32). loc_S, scale_S: (B,V) → (B,)."""
-    tiny = torch.finfo(torch.float32).tiny
-    threshold = torch.as_tensor(threshold, dtype=torch.float32, device=loc_S.device)
-    return ((loc_S.float() - threshold) / scale_S.float().clamp_min(tiny)).argmax(dim=-1)
+    """Naive standard decision: ``argmax_k (loc_S_k − t_k) / scale_S_k`` (`cauchy.decision_score`: the order of
+    ``P(S_k > t_k)`` without its saturation near 1 in float32). loc_S, scale_S: (B,V) → (B,)."""
+    return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
 
 
 def _shortcut_margin(dtype: torch.dtype) -> float:
@@ -221,7 +253,7 @@ def _shortcut_margin(dtype: torch.dtype) -> float:
 def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, inverse_row_l1: Tensor) -> Tensor:
     """Exact ``argmax_k d_k / scale_k`` with ``scale_k = Σ_c |W_kc| s_c``, without forming all of ``|W| s``.
 
-    distance: (B,V) ``d = loc_S − C`` (float32; ``-inf`` bans a row); s: (B,C) positive; weight: (V,C);
+    distance: (B,V) ``d = loc_S − t`` (float32; ``-inf`` bans a row); s: (B,C) positive; weight: (V,C);
     inverse_row_l1: (V,) ``1/‖W_k‖₁``  →  (B,) token ids.
 
     Since ``s > 0``: ``‖W_k‖₁·min(s) ≤ scale_k ≤ ‖W_k‖₁·max(s)``. With ``a_k = d_k / ‖W_k‖₁``,
@@ -510,7 +542,8 @@ class _Decoder:
 
     def _decide_standard(self, loc_U: Tensor, scale_U: Tensor, banned: Tensor | None) -> Tensor:
         head = self.model.action.classification_head
-        distance = F.linear(loc_U, head.weight, self._shifted_bias()).float()  # (B,V) = loc_S − C
+        loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,V) in the weights' dtype, as in the forward pass
+        distance = loc_S.float() - self._thresholds()  # (B,V) d = loc_S − t in float32
         if banned is not None and banned.numel():
             distance[:, banned] = -math.inf
         s = self.model.action.decision_scale(scale_U)  # (B,C)
@@ -520,30 +553,18 @@ class _Decoder:
     def _decide_causal(self, u: Tensor, banned: Tensor | None) -> Tensor:
         action = self.model.action
         head = action.classification_head
-        distance = F.linear(u, head.weight, self._shifted_bias()).float()  # (B,V) = loc_S − C
-        inverse_scale = _derived(
-            action,
-            "inverse_constant_scale",
-            (head.weight, action.b_noise),
-            lambda: _inverse_constant_scale(head.weight, action.b_noise),
-        )  # (V,)
-        z = distance * inverse_scale  # (B,V)
+        loc_S = F.linear(u, head.weight, head.bias).float()  # (B,V)
         if banned is not None and banned.numel():
-            z[:, banned] = -math.inf
-        return z.argmax(dim=-1)
+            loc_S[:, banned] = -math.inf
+        scale_S, has_zero = _derived(
+            action, "constant_scale", (head.weight, action.b_noise), lambda: _constant_scale(head.weight, action.b_noise)
+        )  # (V,) float32, bool
+        return causal_argmax(loc_S, scale_S, self._thresholds(), has_zero)
 
-    def _shifted_bias(self) -> Tensor:
-        """``b_cls − C`` (V,), so that one ``addmm`` gives ``loc_S − C`` (cached until the bias or C changes)."""
-        head = self.model.action.classification_head
-        thresholds = self.model.ovr_thresholds.values
-        sources = (thresholds,) if head.bias is None else (thresholds, head.bias)
-
-        def compute() -> Tensor:
-            bias = head.bias.detach().float() if head.bias is not None else 0.0
-            shifted = (bias - thresholds.detach().float()).expand(head.weight.shape[0])  # (V,)
-            return shifted.to(head.weight.dtype).contiguous()
-
-        return _derived(self.model.action, "shifted_bias", sources, compute)
+    def _thresholds(self) -> Tensor:
+        """The thresholds t, () or (V,), in float32 (cached until they change)."""
+        values = self.model.ovr_thresholds.values
+        return _derived(self.model.ovr_thresholds, "float_thresholds", (values,), lambda: values.detach().float())
 
     def _numbers(
         self, tokens: Tensor, loc_U: Tensor, scale_U: Tensor, u: Tensor | None

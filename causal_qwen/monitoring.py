@@ -136,7 +136,7 @@ def decision_stats(
     head = action.classification_head
     loc_S, scale_S = action.classify(loc.to(head.weight.dtype), scale.to(head.weight.dtype))  # (K,V) each
     threshold = causal_model.ovr_thresholds().float()
-    z = (loc_S.float() - threshold) / scale_S.float()  # (K,V); argmax z == argmax P_k (DESIGN §6)
+    z = cauchy.decision_score(loc_S, scale_S, threshold)  # (K,V); argmax z == argmax P_k (standard decision)
     accuracy = (z.argmax(-1) == target_ids).float().mean()
     p_all = causal_model.ovr_probabilities(loc_S.float(), scale_S.float())  # (K,V)
     p_target = p_all.gather(1, target_ids.unsqueeze(1)).mean()

@@ -4,12 +4,12 @@ Shape legend: P prompt length, V vocabulary rows, K shown candidates.
 
 At the last position of the text:
 
-    S_k ~ Cauchy(loc_S_k, scale_S_k)          P_k = P(S_k > C_k) = atan2(scale_S_k, C_k − loc_S_k)/π   (OvR)
+    S_k ~ Cauchy(loc_S_k, scale_S_k)          P_k = P(S_k > t_k) = atan2(scale_S_k, t_k − loc_S_k)/π   (OvR)
     softmax_k = exp(loc_S_k) / Σ_j exp(loc_S_j)                                                   (traditional)
     Y ~ Cauchy(loc_Y, scale_Y)                 median loc_Y, central q-interval loc_Y ± scale_Y·tan(π·q/2)
 
-Candidates are ranked by the OvR decision (``(loc_S − C)/scale_S``, the order of ``P_k``); the first one is
-what standard mode generates.
+Candidates are ranked by the OvR decision (``(loc_S − t)/scale_S``, `cauchy.decision_score`, the order of
+``P_k``; t are the thresholds); the first one is what standard mode generates.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def next_step_view(
         loc_S, scale_S = out.loc_S[0, -1].float(), out.scale_S[0, -1].float()  # (V,) each
         threshold = model.ovr_thresholds().detach().float()  # () or (V,)
         probability = cauchy.ovr_probability(loc_S, scale_S, threshold)  # (V,)
-        decision = (loc_S - threshold) / scale_S.clamp_min(torch.finfo(torch.float32).tiny)  # (V,) order of P
+        decision = cauchy.decision_score(loc_S, scale_S, threshold)  # (V,) (loc_S − t)/scale_S: the order of P
         softmax = torch.softmax(loc_S, dim=-1)  # (V,)
         k = min(top_k, loc_S.numel())
         order = decision.topk(k).indices.tolist()  # (K,)

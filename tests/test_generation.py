@@ -479,3 +479,84 @@ def test_cli_predict(capsys, loaded_once):
     assert len(view["candidates"]) == 3 and {"median", "interval_50", "interval_90"} <= set(view["number"])
     assert main(["predict", "--base", "random:tiny", "--top-k", "2", "The answer is"]) == 0
     assert "P_ovr" in capsys.readouterr().out
+
+
+# ---- low-precision models and zero exogenous noise (issue 12, bugs 1 and 2) -------------------------------
+def recorded_abduction(model):
+    """Collect (loc_U, scale_U) of every decoding step through a forward hook on the abduction network."""
+    steps: list[tuple[torch.Tensor, torch.Tensor]] = []
+    handle = model.abduction.register_forward_hook(lambda module, args, out: steps.append((out[0].clone(), out[1].clone())))
+    return steps, handle
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_low_precision_standard_decision_is_exact_and_agrees_with_predict(dtype):
+    """loc_S − t is taken in float32: at t = 100 a bf16 difference steps by 0.5 (fp16: 0.0625) and ties the
+    candidates. Every row of W_cls is ±2⁻⁵ (exact in both dtypes), so every scale_S_k is the same number and the
+    decision is the order of loc_S − t alone."""
+    model = convert(small_qwen(tied=False), ovr_calibration="none", ovr_threshold=100.0)
+    with torch.no_grad():
+        head = model.action.classification_head
+        signs = torch.randn(head.weight.shape, generator=torch.Generator().manual_seed(8)).sign()
+        head.weight.copy_(signs * 2.0**-5)
+    model = model.to(dtype)
+    thresholds = model.ovr_thresholds()
+    ids, mask = left_padded_ids(seed=3)
+    steps, handle = recorded_abduction(model)
+    try:
+        out = generate_ids(model, ids, mask, mode="standard", max_new_tokens=10, eos_token_id=[])
+    finally:
+        handle.remove()
+    assert len(steps) == 10
+    with torch.no_grad():
+        for step, (loc_U, scale_U) in enumerate(steps):
+            if loc_U.dim() == 3:
+                loc_U, scale_U = loc_U[:, -1], scale_U[:, -1]
+            loc_S, scale_S = model.action.classify(loc_U, scale_U)  # (B,V) each, as the forward computes them
+            assert torch.equal(out.token_ids[:, step], ovr_argmax_reference(loc_S, scale_S, thresholds)), step
+    agree = 0
+    for seed in range(12):
+        prompt = torch.randint(1, 400, (1, 5), generator=torch.Generator().manual_seed(seed))
+        first = generate_ids(model, prompt, mode="standard", max_new_tokens=1, eos_token_id=[])
+        agree += int(first.token_ids[0, 0]) == next_step_view(model, prompt, top_k=1).standard_choice
+    assert agree == 12
+
+
+def test_causal_mode_with_zero_noise_decides_by_loc_minus_threshold():
+    """noise_mode="zero": scale_S = |W_cls|·|b_noise| = 0, so S = loc_S(u) is certain and the decision is
+    argmax_k (loc_S_k(u) − t_k); no overflow, no token 0 forever."""
+    model = convert(small_qwen(), ovr_calibration="none", noise_mode="zero", ovr_threshold=0.5)
+    assert torch.all(model.action.b_noise == 0)
+    ids, mask = left_padded_ids()
+    steps, handle = recorded_abduction(model)
+    try:
+        out = generate_ids(model, ids, mask, mode="causal", seed=5, max_new_tokens=8, eos_token_id=[])
+    finally:
+        handle.remove()
+    offsets = torch.tan(math.pi * (out.individual - 0.5))  # (B,C) float64
+    with torch.no_grad():
+        for step, (loc_U, scale_U) in enumerate(steps):
+            if loc_U.dim() == 3:
+                loc_U, scale_U = loc_U[:, -1], scale_U[:, -1]
+            u = loc_U + (scale_U.double() * offsets).float()
+            expected = (model.action.classification_head(u) - model.ovr_thresholds()).argmax(-1)
+            assert torch.equal(out.token_ids[:, step], expected), step
+    assert len(set(out.token_ids.flatten().tolist())) > 1, "sensible tokens, not one id forever"
+
+
+def test_causal_mode_with_some_certain_rows():
+    """Rows with zero scale are certain: P = 1 where loc_S > t (they win, larger loc_S − t first) and P = 0
+    where loc_S ≤ t (they lose to every row with a positive scale)."""
+    model = perturb(convert(small_qwen(), ovr_calibration="none", ovr_threshold=0.0))
+    ids = torch.randint(1, 400, (2, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        model.action.classification_head.weight[10].zero_()  # scale 0 and loc_S = b: certain
+        model.action.classification_head.weight[11].zero_()
+        model.action.classification_head.bias[10] = -1.0  # P = 0: never chosen
+        model.action.classification_head.bias[11] = 2.0  # P = 1: always chosen
+    out = generate_ids(model, ids, mode="causal", seed=3, max_new_tokens=3, eos_token_id=[])
+    assert out.token_ids.eq(11).all()
+    with torch.no_grad():
+        model.action.classification_head.bias[11] = -2.0  # now P = 0 as well: the uncertain rows decide
+    out = generate_ids(model, ids, mode="causal", seed=3, max_new_tokens=3, eos_token_id=[])
+    assert not out.token_ids.eq(10).any() and not out.token_ids.eq(11).any()
