@@ -1,4 +1,4 @@
-"""Verification report of a conversion (seed 003): does CausalQwen at initialisation reproduce Qwen?
+"""Verification report of a conversion: does CausalQwen at initialisation reproduce Qwen?
 
 Sections: architecture and parameter counts, weight inheritance, features, classification scores
 against Qwen's logits over all V ids, softmax agreement, abduction statistics, OvR probability

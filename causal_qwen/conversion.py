@@ -5,10 +5,13 @@
 |----------------------------------------|-------------------------------------------------|
 | embed_tokens, transformer, final norm  | Qwen's (the backbone module is taken over)      |
 | <NUM>                                  | first reserved slot (151665), else one new row  |
-| w_num                                  | N(0, std²), normalised to unit length           |
+| w_num                                  | a normal draw divided by its norm (unit length) |
 | W_loc, b_loc / W_scale, b_scale        | identity, 0 / 0, softplus⁻¹(γ0)                 |
 | W_cls, b_cls                           | a clone of Qwen's lm_head, 0                    |
-| W_reg, b_reg / b_noise / C_ovr         | N(0, 1/C), 0 / noise_init / ovr_threshold       |
+| W_reg, b_reg / b_noise / thresholds t  | N(0, 1/C), 0 / noise_init / ovr_threshold       |
+
+With ``ovr_calibration="base_agreement"`` (the default) `causal_qwen.calibration` then replaces the scale,
+``b_noise`` and the thresholds (none of which moves ``loc_S``).
 """
 
 from __future__ import annotations

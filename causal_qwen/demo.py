@@ -510,7 +510,7 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
 @torch.no_grad()
 def individual_number(model, tokenizer, prompt: str, epsilon: Tensor) -> float:
     """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U·tan(π(ε − ½))``
-    at the last position, then ``W_reg u + b_reg`` (DESIGN §6, causal mode)."""
+    at the last position, then ``W_reg u + b_reg`` (docs/design.md, "Decision rules", causal mode)."""
     from . import cauchy
 
     encoded = tokenizer([prompt], return_tensors="pt")

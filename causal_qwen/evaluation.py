@@ -3,7 +3,7 @@
 Shape legend: B batch, S sequence, C causal size, V vocabulary rows, N positions with a target,
 M positions whose target is ``<NUM>``, n a chunk of positions.
 
-Targets follow the training convention (DESIGN §5): position i predicts ``labels[i+1]`` and, when that is
+Targets follow the training convention (docs/design.md, "Losses"): position i predicts ``labels[i+1]`` and, when that is
 ``<NUM>``, the value ``numeric_values[i+1]``. Padded positions and ``-100`` labels are skipped.
 
 Language metrics, over the N target positions (each position weighs the same, as in Qwen's own loss):

@@ -5,12 +5,12 @@ module is called), C causal size, V vocabulary rows, K the width of one vocabula
 
 For position i and vocabulary row k the head gives ``S_ik ~ Cauchy(loc_ik, scale_ik)`` with
 
-    loc_ik = loc_U_i · W_k + b_k      scale_ik = s_i · |W_k|   (s = decision_scale)      d_ik = loc_ik − C_k
-    P_ik   = P(S_ik > C_k) = atan2(scale, −d)/π               1 − P_ik = atan2(scale, d)/π
+    loc_ik = loc_U_i · W_k + b_k      scale_ik = s_i · |W_k|   (s = decision_scale)      d_ik = loc_ik − t_k
+    P_ik   = P(S_ik > t_k) = atan2(scale, −d)/π               1 − P_ik = atan2(scale, d)/π
 
-and the per-position OvR binary cross-entropy against the one-hot target t_i (DESIGN §5) is
+and the per-position OvR binary cross-entropy against the one-hot target y_i (docs/design.md, "Losses") is
 
-    ℓ_i = −Σ_{k ≠ t_i} log(1 − P_ik) − log P_{i t_i}.
+    ℓ_i = −Σ_{k ≠ y_i} log(1 − P_ik) − log P_{i y_i}.
 
 Both logs come from the tail mass ``u = atan2(scale, |d|)/π = min(P, 1 − P)`` (full relative precision):
 the side that holds ``u`` takes ``log u``, the other side ``log1p(−u)``; no log of a number next to 1 is
@@ -25,7 +25,7 @@ With the reduction weights w_i (loss = Σ_i w_i ℓ_i), ``A = w ⊙ scale ⊙ q`
 ``B = −w ⊙ d ⊙ q`` (N,K) per slice give every gradient by matrix products:
 
     ∂loc_U = Σ_slices A·W_slice        ∂s = Σ_slices B·|W_slice|
-    ∂W_slice = Aᵀ·loc_U + sign(W_slice) ⊙ (Bᵀ·s)        ∂b_slice = Σ_i A        ∂C_slice = −Σ_i A
+    ∂W_slice = Aᵀ·loc_U + sign(W_slice) ⊙ (Bᵀ·s)        ∂b_slice = Σ_i A        ∂t_slice = −Σ_i A
 
 OvR has no normaliser across the vocabulary, so every slice is independent: the forward pass computes the
 loss *and* all gradients slice by slice, and backward only scales the stored gradients by the scalar
@@ -66,7 +66,7 @@ class FusedOvrOutput:
 
     loss: () the reduced loss ``Σ_i w_i·ℓ_i`` (divided by V when ``reduction="mean"``); differentiable.
     loss_per_position: (N,) ``ℓ_i = Σ_k BCE_ik`` (an unbiased estimate under sampled negatives); detached.
-    target_prob: (N,) ``P(S_{i,t_i} > C_{t_i})``, the OvR probability of each target; detached.
+    target_prob: (N,) ``P(S_{i,y_i} > t_{y_i})``, the OvR probability of each target; detached.
     p_num: (N,) ``P(S_<NUM> > C_<NUM>)`` when ``num_token_id`` was given, else None; differentiable.
     """
 
@@ -182,7 +182,7 @@ def sample_negative_rows(
 def _num_token_probability(
     loc_U: Tensor, decision_scale: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor, num_token_id: int
 ) -> Tensor:
-    """``P(S_<NUM> > C_<NUM>) = atan2(s·|w|, −(loc_U·w + b − C))/π`` for one row ``w``; plain autograd, fp32
+    """``P(S_<NUM> > t_<NUM>) = atan2(s·|w|, −(loc_U·w + b − t))/π`` for one row ``w``; plain autograd, fp32
     (fp64 for fp64 inputs).
 
     → (N,)
@@ -274,7 +274,7 @@ def _process_slice(
     With ``u = atan2(s, |d|)/π = min(P, 1−P)``: ``log(1−P) = log u`` where ``d ≥ 0`` and ``log1p(−u)`` where
     ``d < 0``; the target entries are then switched to ``−log P``.
 
-    loc_U, scale_in: (N,C), shift = b − C: (V,), loss, target_log_prob: (N,), all in the compute dtype;
+    loc_U, scale_in: (N,C), shift = b − t: (V,), loss, target_log_prob: (N,), all in the compute dtype;
     weight: (V,C) in its own dtype.
     """
     (num_positions, causal_size), width = loc_U.shape, stop - start
@@ -285,7 +285,7 @@ def _process_slice(
     torch.abs(w_slice, out=abs_w)
     d, sc, u, tmp, extra, above = workspace.score_views(num_positions, width)  # (N,K) each
 
-    torch.addmm(shift[start:stop], loc_U, w_slice.t(), out=d)  # d = loc − C
+    torch.addmm(shift[start:stop], loc_U, w_slice.t(), out=d)  # d = loc − t
     torch.mm(scale_in, abs_w.t(), out=sc)  # scale
     torch.abs(d, out=tmp)
     torch.atan2(sc, tmp, out=u).mul_(1.0 / math.pi)  # u = min(P, 1 − P)
@@ -338,7 +338,7 @@ def _accumulate_slice_grads(
     grads: _SliceGrads,
 ) -> None:
     """``∂loc_U += A·W``, ``∂s −= (−B)·|W|``, ``∂W = Aᵀ·loc_U − sign(W) ⊙ ((−B)ᵀ·s)``,
-    ``∂b = Σ_i A``, ``∂C = −Σ_i A``.
+    ``∂b = Σ_i A``, ``∂t = −Σ_i A``.
 
     w_slice, abs_w, sign_w, staging: (K,C); grad_d = A, neg_grad_scale = −B: (N,K).
     """
@@ -382,7 +382,7 @@ def _run_slices(
     num_positions, vocab = loc_U.shape[0], weight.shape[0]
     device, dtype = loc_U.device, compute_dtype(loc_U)
     loc_c, scale_c = loc_U.to(dtype), decision_scale.to(dtype)  # (N,C)
-    shift = -threshold.to(dtype).expand(vocab)  # (V,)  b − C
+    shift = -threshold.to(dtype).expand(vocab)  # (V,)  b − t
     if bias is not None:
         shift = shift + bias.to(dtype)
     grads = _allocate_grads(needs, loc_c, weight, bias, threshold)

@@ -1,11 +1,12 @@
-"""Reference losses (DESIGN §5), written as directly as the formulas; the fused head must equal these.
+"""Reference losses (docs/design.md, "Losses"), written as directly as the formulas; the fused head must equal
+these.
 
 Shape legend: N flattened positions, V vocabulary rows, C causal size.
 
 Targets for position i are ``labels[i+1]`` and ``numeric_values[i+1]`` (Hugging Face convention:
 ``labels`` come unshifted and the model shifts them).
 
-    L_cls(i) = Σ_k −[y_ik·log P_ik + (1 − y_ik)·log(1 − P_ik)]     P_ik = P(S_ik > C_k), y one-hot
+    L_cls(i) = Σ_k −[y_ik·log P_ik + (1 − y_ik)·log(1 − P_ik)]     P_ik = P(S_ik > t_k), y one-hot
     L_reg    = Σ_{i: target is <NUM>} gate_i·NLL_Cauchy(v_{i+1}; loc_Y_i, scale_Y_i) / #<NUM> targets
     gate_i   = α + (1 − α)·P_i,<NUM>  (detached by default)
     L        = mean_i L_cls(i) + λ·L_reg

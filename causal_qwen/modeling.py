@@ -352,7 +352,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         return per_position.sum() * position_weight, p_num
 
     def ovr_probabilities(self, loc_S: Tensor, scale_S: Tensor) -> Tensor:
-        """``P_k = P(S_k > C_k)`` for scores from this model: (...,V) → (...,V)."""
+        """``P_k = P(S_k > t_k)`` (t: the thresholds) for scores from this model: (...,V) → (...,V)."""
         return ovr_probability(loc_S, scale_S, self.ovr_thresholds())
 
     def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):

@@ -10,7 +10,7 @@ Per logged step, averaged over the micro-batches since the previous log and over
 | ``scale_U_mean``      | mean of ``scale_U`` over real (unpadded) positions and components          |
 | ``loc_U_norm``        | mean L2 norm of ``loc_U`` over real positions                              |
 | ``token_accuracy``    | standard mode (argmax of the OvR scores) equals the next token, on K positions |
-| ``p_target``          | mean OvR probability ``P(S_target > C)`` of the next token, on K positions  |
+| ``p_target``          | mean OvR probability ``P(S_target > t)`` of the next token, on K positions  |
 | ``number_nll``        | ungated Cauchy NLL of the values at ``<NUM>`` targets (``reg_loss`` is gated by ``P_<NUM>``) |
 | ``grad_norm_abduction``, ``grad_norm_action`` | gradient norms of the two networks (before clipping) |
 

@@ -1,4 +1,4 @@
-"""Fine-tuning CausalQwen with `transformers.Trainer` (DESIGN §5; plan §4, §7).
+"""Fine-tuning CausalQwen with `transformers.Trainer` (losses: docs/design.md, "Losses").
 
 `run_training(config)` builds the model, tokenizer and datasets of a `TrainConfig`, trains with
 `CausalQwenTrainer` and writes into ``output_dir``:

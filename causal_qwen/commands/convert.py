@@ -16,7 +16,7 @@ def register(subparsers) -> None:
         "convert",
         help="convert a Qwen2 base into a CausalQwen model folder",
         description="Convert a Qwen2/Qwen2.5 base (preset random:tiny, random:tiny-untied, random:qwen2.5-0.5b; "
-        "a local folder; a .gguf file; or a hub id) into CausalQwen with the initialisation of DESIGN §4, and "
+        "a local folder; a .gguf file; or a hub id) into CausalQwen with the initialisation of docs/design.md, and "
         "write model (safetensors) and tokenizer to --out.",
     )
     parser.add_argument("--base", required=True, help="Qwen2 base: preset, folder, .gguf file or hub id")
