@@ -144,7 +144,7 @@ def decision_score(loc: Tensor, scale: Tensor, threshold: Tensor | float) -> Ten
     """The One-vs-Rest decision score ``z = (loc - t)/scale``, in float32 (float64 for float64 inputs).
 
     ``P(S > t) = ½ + atan(z)/π`` increases with ``z``, so ``argmax_k z_k`` is ``argmax_k P_k`` without the
-    saturation of ``P`` at 1 in float32 (``P`` rounds to 1 for ``z ≳ 1e7``). bf16/fp16 inputs are promoted
+    saturation of ``P`` at 1 in float32 (``P`` rounds to 1 for ``z ≳ 5e6``). bf16/fp16 inputs are promoted
     before the subtraction: ``loc - t`` is never rounded in the low-precision dtype (at ``t ≈ 100`` bf16 steps
     by 0.5). A zero scale is treated as the smallest normal float32 (finite scores).
 
