@@ -22,6 +22,7 @@ def register(subparsers) -> None:
     parser.add_argument("--base", required=True, help="Qwen2 base: preset, folder, .gguf file or hub id")
     parser.add_argument("--out", required=True, help="output folder (created; must be empty or absent)")
     parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base (a folder or hub id)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the conversion's random draws (default 0)")
     parser.set_defaults(func=run)
 
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"output folder {str(out)!r} is not empty")
-    model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file)
+    model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, seed=args.seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
