@@ -66,6 +66,7 @@ __all__ = [
     "greedy_parity",
     "ovr_argmax",
     "ovr_argmax_reference",
+    "causal_argmax",
     "sample_individual",
     "clear_generation_caches",
 ]
@@ -201,39 +202,18 @@ def _inverse_row_l1(weight: Tensor) -> Tensor:
     return (1.0 / norms.clamp_min(torch.finfo(torch.float32).tiny)).float()
 
 
-def _constant_scale(weight: Tensor, noise: Tensor, block: int = 16384) -> tuple[Tensor, bool]:
+def _constant_scale(weight: Tensor, noise: Tensor, block: int = 16384) -> tuple[Tensor, Tensor, bool]:
     """``scale_S = |W_cls| |b_noise|`` (V,) in float32 (causal mode's position-free scale), built ``block`` rows at a
-    time, and whether some row's scale is 0 (no exogenous noise reaches it: ``noise_mode="zero"``)."""
+    time; ``1/scale_S`` (V,) (``1/tiny`` where the scale is 0); and whether some row's scale is 0 (no exogenous
+    noise reaches it: ``noise_mode="zero"``)."""
     noise32 = noise.detach().abs().float()  # (C,)
     parts = [
         F.linear(noise32, weight[start : start + block].detach().abs().float())  # (block,)
         for start in range(0, weight.shape[0], block)
     ]
     scale = torch.cat(parts)  # (V,)
-    return scale, bool((scale == 0).any())
-
-
-def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor, has_zero_scale: bool = True) -> Tensor:
-    """``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with a position-free scale that may be 0.
-
-    loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,)  →  (B,) token ids.
-
-    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1);
-    a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if ``d_k > 0`` else 0. So certain rows with ``d > 0`` win
-    (ties between them broken by the larger ``d``); otherwise the largest ``d/scale_S`` among the rows with a
-    positive scale; when no row has one (``b_noise = 0``), the largest ``d``: the noise-free decision
-    ``argmax_k loc_S_k(u) − t_k``. ``has_zero_scale=False`` skips the checks (every scale positive).
-    """
-    if not has_zero_scale:
-        return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
-    distance = loc_S.float() - threshold.float()  # (B,V) d = loc_S − t
-    zero = scale_S == 0  # (V,)
-    if bool(zero.all()):
-        return distance.argmax(dim=-1)
-    ratio = (distance / scale_S.where(~zero, 1.0)).masked_fill(zero, -math.inf)  # (B,V) d/scale, certain rows out
-    certain_win = distance.masked_fill(~zero | (distance <= 0), -math.inf)  # (B,V) d of rows with P = 1
-    has_certain_win = (certain_win > -math.inf).any(dim=-1)  # (B,)
-    return torch.where(has_certain_win, certain_win.argmax(dim=-1), ratio.argmax(dim=-1))
+    inverse = 1.0 / scale.clamp_min(torch.finfo(torch.float32).tiny)  # (V,)
+    return scale, inverse, bool((scale == 0).any())
 
 
 # ============================================================================================================
@@ -243,6 +223,30 @@ def ovr_argmax_reference(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | flo
     """Naive standard decision: ``argmax_k (loc_S_k − t_k) / scale_S_k`` (`cauchy.decision_score`: the order of
     ``P(S_k > t_k)`` without its saturation near 1 in float32). loc_S, scale_S: (B,V) → (B,)."""
     return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
+
+
+def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float) -> Tensor:
+    """``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with a position-free scale that may be 0.
+
+    loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,)  →  (B,) token ids.
+
+    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1);
+    a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if ``d_k > 0`` else 0. So certain rows with ``d > 0`` win
+    (ties between them broken by the larger ``d``); otherwise the largest ``d/scale_S`` among the rows with a
+    positive scale; when no row has one (``b_noise = 0``), the largest ``d``: the noise-free decision
+    ``argmax_k loc_S_k(u) − t_k``. Without zero scales it is ``argmax_k`` of `cauchy.decision_score`.
+    """
+    zero = scale_S == 0  # (V,)
+    if not bool(zero.any()):
+        return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
+    threshold = torch.as_tensor(threshold, device=loc_S.device).float()
+    distance = loc_S.float() - threshold  # (B,V) d = loc_S − t
+    if bool(zero.all()):
+        return distance.argmax(dim=-1)
+    ratio = (distance / scale_S.where(~zero, 1.0)).masked_fill(zero, -math.inf)  # (B,V) d/scale, certain rows out
+    certain_win = distance.masked_fill(~zero | (distance <= 0), -math.inf)  # (B,V) d of rows with P = 1
+    has_certain_win = (certain_win > -math.inf).any(dim=-1)  # (B,)
+    return torch.where(has_certain_win, certain_win.argmax(dim=-1), ratio.argmax(dim=-1))
 
 
 def _shortcut_margin(dtype: torch.dtype) -> float:
@@ -543,7 +547,7 @@ class _Decoder:
     def _decide_standard(self, loc_U: Tensor, scale_U: Tensor, banned: Tensor | None) -> Tensor:
         head = self.model.action.classification_head
         loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,V) in the weights' dtype, as in the forward pass
-        distance = loc_S.float() - self._thresholds()  # (B,V) d = loc_S − t in float32
+        distance = loc_S.float().sub_(self._thresholds())  # (B,V) d = loc_S − t in float32 (in place: a fresh tensor)
         if banned is not None and banned.numel():
             distance[:, banned] = -math.inf
         s = self.model.action.decision_scale(scale_U)  # (B,C)
@@ -556,10 +560,13 @@ class _Decoder:
         loc_S = F.linear(u, head.weight, head.bias).float()  # (B,V)
         if banned is not None and banned.numel():
             loc_S[:, banned] = -math.inf
-        scale_S, has_zero = _derived(
+        scale_S, inverse_scale, has_zero = _derived(
             action, "constant_scale", (head.weight, action.b_noise), lambda: _constant_scale(head.weight, action.b_noise)
-        )  # (V,) float32, bool
-        return causal_argmax(loc_S, scale_S, self._thresholds(), has_zero)
+        )  # (V,) float32, (V,) float32, bool
+        if has_zero:
+            return causal_argmax(loc_S, scale_S, self._thresholds())
+        # cauchy.decision_score(loc_S, scale_S, t), in place on the fresh (B,V) tensor, times the cached 1/scale_S
+        return loc_S.sub_(self._thresholds()).mul_(inverse_scale).argmax(dim=-1)
 
     def _thresholds(self) -> Tensor:
         """The thresholds t, () or (V,), in float32 (cached until they change)."""
