@@ -67,6 +67,7 @@ __all__ = [
     "ovr_argmax",
     "ovr_argmax_reference",
     "causal_argmax",
+    "causal_scores",
     "sample_individual",
     "clear_generation_caches",
 ]
@@ -225,28 +226,47 @@ def ovr_argmax_reference(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | flo
     return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
 
 
-def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float) -> Tensor:
-    """``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with a position-free scale that may be 0.
+def causal_scores(
+    loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float, inverse_scale: Tensor | None = None
+) -> Tensor:
+    """Scores (B,V) float32 whose argmax is ``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with
+    a position-free scale that may be 0 (causal mode: ``scale_S = |W_cls|·|b_noise|``).
 
-    loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,)  →  (B,) token ids.
+    loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,); inverse_scale: (V,)
+    ``1/scale_S``, to be given only when every scale is positive (then the scores are ``d·(1/scale_S)``)  →  (B,V).
 
-    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1);
-    a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if ``d_k > 0`` else 0. So certain rows with ``d > 0`` win
-    (ties between them broken by the larger ``d``); otherwise the largest ``d/scale_S`` among the rows with a
-    positive scale; when no row has one (``b_noise = 0``), the largest ``d``: the noise-free decision
-    ``argmax_k loc_S_k(u) − t_k``. Without zero scales it is ``argmax_k`` of `cauchy.decision_score`.
+    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1),
+    ordered by ``d_k/scale_S_k`` (`cauchy.decision_score`); a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if
+    ``d_k > 0`` else 0. So where some certain row has ``d > 0`` the scores are ``d`` on those rows (ties between
+    them broken by the larger ``d``) and ``-inf`` elsewhere; otherwise ``d/scale_S`` on the rows with a positive
+    scale and ``-inf`` on the certain ones; when no row has a positive scale (``b_noise = 0``), ``d`` itself: the
+    noise-free decision ``argmax_k loc_S_k(u) − t_k``.
     """
+    threshold = torch.as_tensor(threshold, device=loc_S.device).float()
+    if inverse_scale is not None:  # every scale is positive (the caller checked once)
+        return (loc_S.float() - threshold).mul_(inverse_scale)  # (B,V) d/scale_S, by the cached reciprocal
     zero = scale_S == 0  # (V,)
     if not bool(zero.any()):
-        return cauchy.decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
-    threshold = torch.as_tensor(threshold, device=loc_S.device).float()
+        return cauchy.decision_score(loc_S, scale_S, threshold)
     distance = loc_S.float() - threshold  # (B,V) d = loc_S − t
     if bool(zero.all()):
-        return distance.argmax(dim=-1)
+        return distance
     ratio = (distance / scale_S.where(~zero, 1.0)).masked_fill(zero, -math.inf)  # (B,V) d/scale, certain rows out
     certain_win = distance.masked_fill(~zero | (distance <= 0), -math.inf)  # (B,V) d of rows with P = 1
-    has_certain_win = (certain_win > -math.inf).any(dim=-1)  # (B,)
-    return torch.where(has_certain_win, certain_win.argmax(dim=-1), ratio.argmax(dim=-1))
+    has_certain_win = (certain_win > -math.inf).any(dim=-1, keepdim=True)  # (B,1)
+    return torch.where(has_certain_win, certain_win, ratio)
+
+
+def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float) -> Tensor:
+    """The causal decision (B,): ``argmax_k`` of `causal_scores`."""
+    return causal_scores(loc_S, scale_S, threshold).argmax(dim=-1)
+
+
+def constant_scale(action: torch.nn.Module) -> tuple[Tensor, Tensor, bool]:
+    """``(scale_S, 1/scale_S, some scale is 0)`` of causal mode for an `ActionNetwork`, cached until ``W_cls`` or
+    ``b_noise`` change (see `_constant_scale`)."""
+    head = action.classification_head
+    return _derived(action, "constant_scale", (head.weight, action.b_noise), lambda: _constant_scale(head.weight, action.b_noise))
 
 
 def _shortcut_margin(dtype: torch.dtype) -> float:
@@ -560,13 +580,8 @@ class _Decoder:
         loc_S = F.linear(u, head.weight, head.bias).float()  # (B,V)
         if banned is not None and banned.numel():
             loc_S[:, banned] = -math.inf
-        scale_S, inverse_scale, has_zero = _derived(
-            action, "constant_scale", (head.weight, action.b_noise), lambda: _constant_scale(head.weight, action.b_noise)
-        )  # (V,) float32, (V,) float32, bool
-        if has_zero:
-            return causal_argmax(loc_S, scale_S, self._thresholds())
-        # cauchy.decision_score(loc_S, scale_S, t), in place on the fresh (B,V) tensor, times the cached 1/scale_S
-        return loc_S.sub_(self._thresholds()).mul_(inverse_scale).argmax(dim=-1)
+        scale_S, inverse_scale, has_zero = constant_scale(action)  # (V,) float32, (V,) float32, bool
+        return causal_scores(loc_S, scale_S, self._thresholds(), None if has_zero else inverse_scale).argmax(dim=-1)
 
     def _thresholds(self) -> Tensor:
         """The thresholds t, () or (V,), in float32 (cached until they change)."""

@@ -27,7 +27,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-from .cauchy import linear_transform, ovr_probability
+from .cauchy import decision_score, linear_transform, ovr_probability
 from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, NumericEmbedding, OvrThresholds
@@ -201,10 +201,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             inputs_embeds = self.embed(input_ids, numeric_values)
         if labels is not None:
             numeric_values = self._regression_values(labels, numeric_values, inputs_embeds)
-        if attention_mask is not None and attention_mask.shape != inputs_embeds.shape[:2]:
-            raise ValueError(
-                f"attention_mask has shape {tuple(attention_mask.shape)}, expected {tuple(inputs_embeds.shape[:2])}"
-            )
+        if attention_mask is not None:
+            # With a KV cache the mask covers the cached positions too (as Hugging Face's generate passes it).
+            past = cache.get_seq_length() if cache is not None else 0
+            expected = (inputs_embeds.shape[0], past + inputs_embeds.shape[1])
+            if attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
+                raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {expected}")
 
         backbone_out = self.model(
             inputs_embeds=inputs_embeds,
@@ -215,21 +217,26 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         features = backbone_out.last_hidden_state  # (B,S,H)
-        loc_U, scale_U = self.abduction(features)  # (B,S,C) each
-
         output = CausalQwenOutput(cache=backbone_out.cache)
+        kept = _keep_positions(logits_to_keep)
         if labels is not None:
+            loc_U, scale_U = self.abduction(features)  # (B,S,C) each: the loss reads every position
             self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask)
+            features, loc_U, scale_U = features[:, kept], loc_U[:, kept], scale_U[:, kept]
+        else:
+            features = features[:, kept]  # (B,S',H)
+            loc_U, scale_U = self.abduction(features)  # (B,S',C) each, on the kept positions only
 
         if return_scores is None:
             return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
-        kept = _keep_positions(logits_to_keep)
-        features, loc_U, scale_U = features[:, kept], loc_U[:, kept], scale_U[:, kept]
         output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
         output.loc_Y, output.scale_Y = self.action.regress(loc_U, scale_U)  # (B,S') each
         if return_scores:
             output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
             output.logits = output.loc_S
+        state = self._generation_state
+        if state is not None and return_scores:
+            state.decide(self, output)
         return output
 
     def _checked_numeric_values(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
@@ -355,17 +362,144 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         """``P_k = P(S_k > t_k)`` (t: the thresholds) for scores from this model: (...,V) → (...,V)."""
         return ovr_probability(loc_S, scale_S, self.ovr_thresholds())
 
+    # ---- GenerationMixin.generate ----------------------------------------------------------------------------
+    _generation_state = None  # a _GenerationState while `generate` runs
+
+    def generate(
+        self,
+        inputs: Tensor | None = None,
+        generation_config=None,
+        *,
+        mode: str | None = None,
+        individual: Tensor | None = None,
+        numeric_values: Tensor | None = None,
+        **kwargs,
+    ):
+        """`GenerationMixin.generate` in one of the three modes of docs/design.md ("Decision rules"), with numbers.
+
+        ``mode`` (or ``generation_config.mode``; default ``"traditional"``): ``"traditional"`` decodes on
+        ``loc_S`` (softmax, greedy or sampled, every Hugging Face option); ``"standard"`` and ``"causal"`` are
+        deterministic: the step's logits are the decision scores (`cauchy.decision_score`,
+        `generation.causal_scores`), whose argmax is the OvR decision. ``individual``: ε (B,C) or (C,) of causal
+        mode (drawn from torch's global generator when None). ``numeric_values`` (B,P): the prompt's numbers.
+
+        A generated ``<NUM>`` carries ``loc_Y`` (standard, traditional) or ``W_reg u + b_reg`` (causal) and is fed
+        back as that position's value. With ``return_dict_in_generate=True`` the output also holds
+        ``numeric_values`` (B, P+T) and, in causal mode, ``individual`` (B,C). KV cache, left padding, stopping
+        criteria (``stop_strings`` with ``tokenizer=``) and streamers are Hugging Face's. One sequence per prompt:
+        ``num_beams`` and ``num_return_sequences`` must be 1.
+        """
+        from .generation import MODES, _check_individual, _individual_offsets, _prepare_generator, sample_individual
+
+        if mode is None:
+            mode = getattr(generation_config, "mode", None) or "traditional"
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        for name in ("num_beams", "num_return_sequences"):
+            value = kwargs.get(name, getattr(generation_config, name, 1) if generation_config is not None else 1)
+            if value not in (None, 1):
+                raise ValueError(f"{name}={value!r}: CausalQwen's generate makes one sequence per prompt")
+        if mode != "traditional":
+            sampled = kwargs.get("do_sample", getattr(generation_config, "do_sample", None))
+            if sampled and ("do_sample" in kwargs or generation_config is not None):
+                raise ValueError(f"do_sample applies to mode 'traditional' only; mode {mode!r} is deterministic")
+            kwargs["do_sample"] = False
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError(f"generate needs input_ids of shape (batch, length), got {getattr(input_ids, 'shape', input_ids)!r}")
+        if numeric_values is None:
+            values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)
+        else:
+            values = self._checked_numeric_values(input_ids, numeric_values).float()  # (B,P)
+        epsilon = offsets = None
+        if mode == "causal":
+            batch, causal_size = input_ids.shape[0], self.config.causal_size
+            if individual is None:
+                individual = sample_individual(batch, causal_size, _prepare_generator(None, input_ids.device), input_ids.device)
+            epsilon = _check_individual(individual, batch, causal_size, input_ids.device)  # (B,C) float64
+            offsets = _individual_offsets(epsilon)  # (B,C) float64
+        elif individual is not None:
+            raise ValueError(f"an individual only applies to mode 'causal', not {mode!r}")
+        state = _GenerationState(mode=mode, values=values, offsets=offsets, num_token_id=self.config.num_token_id)
+        self._generation_state = state
+        try:
+            out = super().generate(inputs, generation_config, **kwargs)
+        finally:
+            self._generation_state = None
+        if isinstance(out, ModelOutput):
+            state.extend_to(out.sequences)
+            out["numeric_values"] = state.values
+            if epsilon is not None:
+                out["individual"] = epsilon
+        return out
+
     def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):
-        """Lets ``GenerationMixin.generate`` drive the model as a plain causal LM on ``loc_S`` (traditional mode):
-        ``numeric_values`` given for the prompt are sliced like ``input_ids``; generated positions get 0."""
+        """Slice the inputs of the next step, with each position's numeric value: inside `generate`, a generated
+        ``<NUM>`` gets the value decided with it; ``numeric_values`` passed directly cover the prompt (0 after)."""
         model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         step_ids = model_inputs.get("input_ids")
-        if numeric_values is not None and step_ids is not None:
-            padded = torch.zeros_like(input_ids, dtype=numeric_values.dtype)
+        state = self._generation_state
+        if state is not None:
+            state.extend_to(input_ids)
+            values = state.values  # (B,L)
+        elif numeric_values is not None:
+            values = torch.zeros_like(input_ids, dtype=numeric_values.dtype)  # (B,L)
             width = min(numeric_values.shape[1], input_ids.shape[1])
-            padded[:, :width] = numeric_values[:, :width]
-            model_inputs["numeric_values"] = padded[:, -step_ids.shape[1] :]
+            values[:, :width] = numeric_values[:, :width]
+        else:
+            values = None
+        if values is not None and step_ids is not None:
+            model_inputs["numeric_values"] = values[:, -step_ids.shape[1] :]
         return model_inputs
+
+
+@dataclass
+class _GenerationState:
+    """What `CausalQwenForCausalLM.generate` keeps between steps.
+
+    values: (B,L) the numeric value of every position so far; pending: (B,) the value a ``<NUM>`` chosen at
+    the last step carries; offsets: (B,C) ``tan(π(ε − ½))`` of causal mode (float64).
+    """
+
+    mode: str
+    values: Tensor
+    num_token_id: int
+    offsets: Tensor | None = None
+    pending: Tensor | None = None
+
+    def extend_to(self, input_ids: Tensor) -> None:
+        """Give the positions ``input_ids`` has beyond ``values`` their values (the pending number for ``<NUM>``)."""
+        new = input_ids.shape[1] - self.values.shape[1]
+        if new <= 0:
+            return
+        tokens = input_ids[:, -new:]  # (B,new)
+        pending = self.pending if self.pending is not None else torch.zeros(tokens.shape[0], device=tokens.device)
+        added = torch.where(tokens == self.num_token_id, pending.unsqueeze(-1).to(self.values.dtype), 0.0)  # (B,new)
+        self.values = torch.cat([self.values, added], dim=-1)
+
+    def decide(self, model: "CausalQwenForCausalLM", output: CausalQwenOutput) -> None:
+        """Set ``output.logits`` to the mode's decision scores at the kept positions and remember the number a
+        ``<NUM>`` chosen at the last position would carry."""
+        if self.mode == "traditional":
+            self.pending = output.loc_Y[:, -1].float()  # (B,)
+            return
+        thresholds = model.ovr_thresholds().detach()
+        if self.mode == "standard":
+            output.logits = decision_score(output.loc_S, output.scale_S, thresholds)  # (B,S',V)
+            self.pending = output.loc_Y[:, -1].float()
+            return
+        from .generation import causal_scores, constant_scale
+
+        assert self.offsets is not None
+        loc_U, scale_U = output.loc_U, output.scale_U  # (B,S',C)
+        u = loc_U + (scale_U.double() * self.offsets.unsqueeze(1)).to(loc_U.dtype)  # (B,S',C) the individual
+        head = model.action.classification_head
+        scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
+        loc_S = torch.nn.functional.linear(u, head.weight, head.bias)  # (B,S',V)
+        scores = causal_scores(loc_S.flatten(0, 1), scale_S, thresholds, None if has_zero else inverse_scale)
+        output.logits = scores.view(loc_S.shape)  # (B,S',V)
+        regression = model.action.regression_head
+        self.pending = torch.nn.functional.linear(u[:, -1], regression.weight, regression.bias).squeeze(-1).float()
 
 
 def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:

@@ -145,6 +145,7 @@ def test_auto_classes_load_a_saved_folder_in_a_fresh_interpreter(tmp_path):
     ids = random_ids()
     with torch.no_grad():
         expected = model(ids)
+    expected_generation = model.generate(input_ids=ids, mode="standard", max_new_tokens=3, min_new_tokens=3, pad_token_id=0)
 
     script = f"""
 import json, sys
@@ -156,7 +157,9 @@ model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
 ids = torch.tensor({ids.tolist()!r})
 with torch.no_grad():
     out = model(ids)
+generated = model.generate(input_ids=ids, mode="standard", max_new_tokens=3, min_new_tokens=3, pad_token_id=0)
 print(json.dumps({{
+    "generated": generated.tolist(),
     "imported": sorted(name for name in sys.modules if name.split(".")[0] == "causal_qwen"),
     "config_class": type(config).__name__, "model_class": type(model).__name__,
     "model_type": config.model_type, "one_config": model.model.config is model.config,
@@ -173,6 +176,7 @@ print(json.dumps({{
     assert report["imported"] == [], "loaded without importing causal_qwen"
     assert report["config_class"] == "CausalQwenConfig" and report["model_class"] == "CausalQwenForCausalLM"
     assert report["model_type"] == "causal_qwen" and report["one_config"]
+    assert report["generated"] == expected_generation.tolist(), "the folder's own code generates the same tokens"
     # The child runs on one thread: a matrix product may round one last bit differently.
     torch.testing.assert_close(torch.tensor(report["loc_S"]), expected.loc_S, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(torch.tensor(report["scale_S"]), expected.scale_S, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,155 @@
+"""`model.generate` (GenerationMixin) in the three modes equals the project's generator, numbers included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.generation import generate_ids
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+MODES = ("standard", "causal", "traditional")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def perturbed_model(number_bias: float = 0.0, **overrides) -> CausalQwenForCausalLM:
+    """A converted small model with a non-constant scale, noisy b_noise and a classification bias."""
+    overrides.setdefault("num_token_id", SMALL_NUM_ID)
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(), **overrides)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        weight = model.abduction.scale_net.weight
+        weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
+        model.action.b_noise.copy_(torch.rand(model.action.b_noise.shape, generator=generator) * 0.5)
+        model.action.classification_head.bias.copy_(torch.randn(model.config.vocab_size, generator=generator))
+        model.action.classification_head.bias[SMALL_NUM_ID] += number_bias
+    return model
+
+
+def left_padded(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(3,7) ids (rows of 7, 4 and 2 real tokens, left padded with 0), the mask, and prompt numbers."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 400, (3, 7), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    mask[2, :5] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    ids[0, 4] = SMALL_NUM_ID
+    values = torch.zeros(ids.shape)
+    values[0, 4] = 37.5
+    return ids, mask, values
+
+
+def both_ways(model, mode: str, steps: int = 10):
+    ids, mask, values = left_padded()
+    options = dict(mode=mode, max_new_tokens=steps, eos_token_id=[], pad_token_id=0)
+    if mode == "traditional":
+        options["temperature"] = 0
+    ours = generate_ids(model, ids, mask, values, seed=5, **options)
+    hf = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        numeric_values=values,
+        mode=mode,
+        individual=ours.individual,
+        max_new_tokens=steps,
+        min_new_tokens=steps,
+        do_sample=False if mode == "traditional" else None,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+    )
+    return ids, values, ours, hf
+
+
+@pytest.mark.parametrize("number_bias", [0.0, 5.0], ids=["text", "numbers"])
+@pytest.mark.parametrize("mode", MODES)
+def test_model_generate_equals_the_project_generator(mode, number_bias):
+    model = perturbed_model(number_bias)
+    ids, values, ours, hf = both_ways(model, mode)
+    generated = hf.sequences[:, ids.shape[1] :]
+    assert torch.equal(generated, ours.token_ids), mode
+    assert torch.equal(hf.sequences[:, : ids.shape[1]], ids)
+    assert hf.numeric_values.shape == hf.sequences.shape
+    assert torch.equal(hf.numeric_values[:, : ids.shape[1]], values)
+    torch.testing.assert_close(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values, rtol=0, atol=0)
+    is_number = generated == SMALL_NUM_ID
+    generated_values = hf.numeric_values[:, ids.shape[1] :]
+    if number_bias:  # <NUM> every step: each value decided at a step is fed back into the next
+        assert is_number.all() and (generated_values != 0).all()
+        assert len(set(generated_values.flatten().tolist())) > 10, "values that depend on the context"
+    else:
+        assert not is_number.any() and (generated_values == 0).all()
+    if mode == "causal":
+        assert torch.equal(hf.individual, ours.individual)
+
+
+def test_standard_scores_are_the_decision_scores():
+    model = perturbed_model()
+    ids, mask, values = left_padded()
+    hf = model.generate(
+        input_ids=ids, attention_mask=mask, mode="standard", max_new_tokens=1, pad_token_id=0,
+        eos_token_id=None, return_dict_in_generate=True, output_logits=True,
+    )
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0))
+    expected = (out.loc_S[:, -1] - model.ovr_thresholds()) / out.scale_S[:, -1]
+    torch.testing.assert_close(hf.logits[0], expected)
+
+
+def test_traditional_generate_feeds_numbers_back_and_defaults_to_traditional():
+    """Before, a generated <NUM> went back with value 0; now it carries loc_Y."""
+    model = perturbed_model(number_bias=1e4)
+    ids, mask, _ = left_padded()
+    seen: list[torch.Tensor] = []
+    handle = model.numeric_embedding.register_forward_hook(lambda module, args, out: seen.append(args[0].clone()))
+    try:
+        hf = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                            eos_token_id=None, return_dict_in_generate=True)
+    finally:
+        handle.remove()
+    generated = hf.sequences[:, ids.shape[1] :]
+    assert (generated == SMALL_NUM_ID).all()
+    fed = torch.cat([step[:, -1:] for step in seen[1:]], dim=1)  # (B,2): values fed at steps 2 and 3
+    assert torch.equal(fed, hf.numeric_values[:, ids.shape[1] : ids.shape[1] + 2])
+    assert (fed != 0).all()
+
+
+def test_generate_refuses_what_it_cannot_do():
+    model = perturbed_model()
+    ids, mask, _ = left_padded()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        model.generate(input_ids=ids, mode="greedy")
+    with pytest.raises(ValueError, match="do_sample applies to mode 'traditional' only"):
+        model.generate(input_ids=ids, mode="standard", do_sample=True)
+    with pytest.raises(ValueError, match="individual only applies to mode 'causal'"):
+        model.generate(input_ids=ids, mode="standard", individual=torch.full((3, 32), 0.5))
+    with pytest.raises(ValueError, match="num_beams"):
+        model.generate(input_ids=ids, num_beams=2)
+
+
+def test_model_generate_on_the_tiny_preset():
+    """The real vocabulary size (151,936 rows), the default (calibrated) conversion, a left-padded batch."""
+    model = CausalQwenForCausalLM.from_qwen("random:tiny")
+    generator = torch.Generator().manual_seed(2)
+    ids = torch.randint(10, 150000, (2, 6), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    for mode in MODES:
+        options = dict(mode=mode, max_new_tokens=6, eos_token_id=[], pad_token_id=0)
+        ours = generate_ids(model, ids, mask, seed=1, **options, **({"temperature": 0} if mode == "traditional" else {}))
+        hf = model.generate(
+            input_ids=ids, attention_mask=mask, mode=mode, individual=ours.individual, max_new_tokens=6,
+            min_new_tokens=6, do_sample=False, pad_token_id=0, return_dict_in_generate=True,
+        )
+        assert torch.equal(hf.sequences[:, ids.shape[1] :], ours.token_ids), mode
+        assert torch.equal(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values), mode
