@@ -17,6 +17,7 @@ loads them in a Python that never imported ``causal_qwen``.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 
@@ -403,7 +404,11 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             sampled = kwargs.get("do_sample", getattr(generation_config, "do_sample", None))
             if sampled and ("do_sample" in kwargs or generation_config is not None):
                 raise ValueError(f"do_sample applies to mode 'traditional' only; mode {mode!r} is deterministic")
-            kwargs["do_sample"] = False
+            if generation_config is not None and "do_sample" not in kwargs:
+                generation_config = copy.deepcopy(generation_config)
+                generation_config.do_sample = False
+            else:
+                kwargs["do_sample"] = False  # also over a base's sampling defaults (model.generation_config)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             raise ValueError(f"generate needs input_ids of shape (batch, length), got {getattr(input_ids, 'shape', input_ids)!r}")

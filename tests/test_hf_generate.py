@@ -153,3 +153,16 @@ def test_model_generate_on_the_tiny_preset():
         )
         assert torch.equal(hf.sequences[:, ids.shape[1] :], ours.token_ids), mode
         assert torch.equal(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values), mode
+
+
+def test_mode_from_a_generation_config():
+    from transformers import GenerationConfig
+
+    model = perturbed_model()
+    ids, mask, _ = left_padded()
+    config = GenerationConfig(mode="causal", max_new_tokens=4, min_new_tokens=4, pad_token_id=0)
+    individual = torch.full((3, 32), 0.3, dtype=torch.float64)
+    from_config = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, individual=individual)
+    direct = model.generate(input_ids=ids, attention_mask=mask, mode="causal", individual=individual, max_new_tokens=4,
+                            min_new_tokens=4, pad_token_id=0)
+    assert torch.equal(from_config, direct)
