@@ -235,9 +235,9 @@ def causal_scores(
     loc_S: (B,V) (``-inf`` bans a row); scale_S: (V,) float32 ≥ 0; threshold: () or (V,); inverse_scale: (V,)
     ``1/scale_S``, to be given only when every scale is positive (then the scores are ``d·(1/scale_S)``)  →  (B,V).
 
-    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in (0, 1),
-    ordered by ``d_k/scale_S_k`` (`cauchy.decision_score`); a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if
-    ``d_k > 0`` else 0. So where some certain row has ``d > 0`` the scores are ``d`` on those rows (ties between
+    With ``d = loc_S − t`` (float32): a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π`` in
+    (0, 1), ordered by ``d_k/scale_S_k`` (`cauchy.decision_score`); a row with ``scale_S_k = 0`` is certain,
+    ``P_k = 1`` if ``d_k > 0`` else 0. So where some certain row has ``d > 0`` the scores are ``d`` on those rows (ties between
     them broken by the larger ``d``) and ``-inf`` elsewhere; otherwise ``d/scale_S`` on the rows with a positive
     scale and ``-inf`` on the certain ones; when no row has a positive scale (``b_noise = 0``), ``d`` itself: the
     noise-free decision ``argmax_k loc_S_k(u) − t_k``.
@@ -266,7 +266,8 @@ def constant_scale(action: torch.nn.Module) -> tuple[Tensor, Tensor, bool]:
     """``(scale_S, 1/scale_S, some scale is 0)`` of causal mode for an `ActionNetwork`, cached until ``W_cls`` or
     ``b_noise`` change (see `_constant_scale`)."""
     head = action.classification_head
-    return _derived(action, "constant_scale", (head.weight, action.b_noise), lambda: _constant_scale(head.weight, action.b_noise))
+    sources = (head.weight, action.b_noise)
+    return _derived(action, "constant_scale", sources, lambda: _constant_scale(head.weight, action.b_noise))
 
 
 def _shortcut_margin(dtype: torch.dtype) -> float:

@@ -160,7 +160,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         try:
             from causal_qwen.conversion import convert_qwen
         except ImportError as error:
-            raise ImportError("converting a Qwen base needs the causal_qwen package: pip install causal-qwen") from error
+            raise ImportError("converting a Qwen base needs the causal_qwen package (pip install causal-qwen)") from error
         return convert_qwen(cls, base, **overrides)
 
     # ---- forward -------------------------------------------------------------------------------------------
@@ -267,8 +267,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         Raises ``TypeError`` for labels that are not an integer tensor and ``ValueError`` when they hold a
         ``<NUM>`` target while ``numeric_values`` is None."""
-        if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise TypeError(f"labels must be an integer torch.Tensor of token ids, got {getattr(labels, 'dtype', type(labels).__name__)}")
+        integer = isinstance(labels, Tensor) and not (labels.is_floating_point() or labels.is_complex())
+        if not integer or labels.dtype == torch.bool:
+            found = labels.dtype if isinstance(labels, Tensor) else type(labels).__name__
+            raise TypeError(f"labels must be an integer torch.Tensor of token ids, got {found}")
         if labels.shape != inputs_embeds.shape[:2]:
             raise ValueError(f"labels has shape {tuple(labels.shape)}, expected {tuple(inputs_embeds.shape[:2])}")
         if numeric_values is not None:
@@ -411,7 +413,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 kwargs["do_sample"] = False  # also over a base's sampling defaults (model.generation_config)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            raise ValueError(f"generate needs input_ids of shape (batch, length), got {getattr(input_ids, 'shape', input_ids)!r}")
+            found = getattr(input_ids, "shape", input_ids)
+            raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
         if numeric_values is None:
             values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)
         else:
@@ -420,7 +423,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if mode == "causal":
             batch, causal_size = input_ids.shape[0], self.config.causal_size
             if individual is None:
-                individual = sample_individual(batch, causal_size, _prepare_generator(None, input_ids.device), input_ids.device)
+                generator = _prepare_generator(None, input_ids.device)  # seeded from torch's global generator
+                individual = sample_individual(batch, causal_size, generator, input_ids.device)
             epsilon = _check_individual(individual, batch, causal_size, input_ids.device)  # (B,C) float64
             offsets = _individual_offsets(epsilon)  # (B,C) float64
         elif individual is not None:
