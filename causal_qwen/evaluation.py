@@ -20,7 +20,13 @@ point prediction is the median ``loc_Y``):
     num_mdae     = median_j |y_j − loc_Y_j|
     num_mape     = 100 · mean_{j: y_j ≠ 0} |y_j − loc_Y_j| / |y_j|
     num_nll      = mean_j log(π·scale_Y_j) + log1p(((y_j − loc_Y_j)/scale_Y_j)²)
+    num_log_score = num_nll  (the log score: mean negative log density of the true value, nats; lower is better)
     coverage_p   = mean_j [ |y_j − loc_Y_j| ≤ scale_Y_j·tan(π·p/2) ]      (central p-interval)
+    num_scale_error_spearman = Spearman ρ(scale_Y_j, |y_j − loc_Y_j|)  (does a wider interval mean a larger
+                   error? NaN when every scale is equal)
+
+The probability integral transform ``PIT_j = F_j(y_j) = ½ + atan((y_j − loc_Y_j)/scale_Y_j)/π`` is uniform on
+[0, 1] for a calibrated model (`NumberPredictions.pit`; the plots draw its histogram).
 
 Calibration uses the *central rank* ``r_j = (2/π)·|atan((y_j − loc_Y_j)/scale_Y_j)|`` = ``|2F(y_j) − 1|``:
 ``y_j`` lies in the central p-interval iff ``r_j ≤ p``, so for a calibrated model ``r`` is uniform on [0, 1]
@@ -34,6 +40,18 @@ Multiplying every ``scale_Y`` by one factor c leaves this ratio alone, so it say
 a matter of width (fixable by c) or of shape: errors lighter-tailed than a Cauchy (ratio < 6.31) cannot have
 both a calibrated 50% and a calibrated 90% interval. `rescaling_range` finds every c that puts chosen
 coverages inside chosen bands (none, when the shape forbids it).
+
+Bits per byte of the raw text (`text_bits`, `qwen_text_bits`): one likelihood for two ways of reading
+numbers. Each text is scored after an ``<|endoftext|>`` context token, so every token of it is predicted:
+
+    bits_per_byte = Σ_texts Σ_tokens −log2 p(token) / Σ_texts (UTF-8 bytes of the text)
+
+CausalQwen: a text token's p is softmax(loc_S)[token] (``token_probability="softmax"``; or the OvR
+probabilities normalised over the vocabulary, ``"ovr"``: P_k/Σ_j P_j). A number written as the string s with
+value v is one ``<NUM>`` token, and its p is ``p(<NUM>) · P(v − h ≤ Y ≤ v + h)`` with ``Y ~ Cauchy(loc_Y,
+scale_Y)`` and h half a unit of the last digit written (``12.8`` → 0.05, ``1,200`` → 0.5, ``3e5`` → 5e4): the
+probability of every value that is written as that same string. Qwen: the product of its own tokens'
+softmax probabilities (the digits of a number are ordinary tokens). No end-of-text token is scored.
 
 The vocabulary-wide scores are built from ``loc_U``/``scale_U`` for a chunk of target positions at a time,
 so at most (n, V) floats exist at once — never (B, S, V).
@@ -127,6 +145,10 @@ class NumberPredictions:
         """``r = (2/π)·|atan((y − loc)/scale)|`` (M,): y is inside the central p-interval iff ``r ≤ p``."""
         return (2.0 / math.pi) * torch.atan((self.value - self.loc).abs() / self.scale)
 
+    def pit(self) -> Tensor:
+        """The probability integral transform ``F(y) = ½ + atan((y − loc)/scale)/π`` (M,)."""
+        return 0.5 + torch.atan((self.value - self.loc) / self.scale) / math.pi
+
     def standardized_error(self) -> Tensor:
         """``z = |y − loc| / scale`` (M,): y is inside the central p-interval iff ``z ≤ tan(π·p/2)``."""
         return (self.value - self.loc).abs() / self.scale
@@ -217,6 +239,32 @@ def rescaling_range(standardized_error: Tensor, bands: dict[float, tuple[float, 
     return float(inside.min()), float(inside.max())
 
 
+def average_ranks(values: Tensor) -> Tensor:
+    """Ranks 1..M of ``values`` (M,), ties sharing the mean of their ranks (float64, (M,))."""
+    values = values.double().reshape(-1)
+    order = values.argsort(stable=True)  # (M,)
+    _, inverse, counts = torch.unique_consecutive(values[order], return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()  # (G,) the last rank of each group of ties
+    mean_rank = ends - (counts.double() - 1) / 2  # (G,)
+    ranks = torch.empty_like(values)
+    ranks[order] = mean_rank[inverse]
+    return ranks
+
+
+def spearman(a: Tensor, b: Tensor) -> float:
+    """Spearman's ρ: the Pearson correlation of the average ranks of ``a`` and ``b`` (M,) each. NaN with
+    fewer than two values or when either side is constant (no ranking to correlate)."""
+    a, b = a.double().reshape(-1), b.double().reshape(-1)
+    if a.numel() != b.numel():
+        raise ValueError(f"spearman needs equal lengths, got {a.numel()} and {b.numel()}")
+    if a.numel() < 2:
+        return float("nan")
+    ra, rb = average_ranks(a), average_ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denominator = float(ra.norm() * rb.norm())
+    return float((ra * rb).sum()) / denominator if denominator > 0 else float("nan")
+
+
 def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> dict[str, Any]:
     """The number metrics of the module docstring for ``predictions`` (NaN when there are none)."""
     levels = tuple(levels)
@@ -229,6 +277,8 @@ def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CAL
         "num_mape": mape,
         "num_mape_count": mape_count,
         "num_nll": float(nll.mean()) if count else float("nan"),
+        "num_log_score": float(nll.mean()) if count else float("nan"),
+        "num_scale_error_spearman": spearman(predictions.scale, (predictions.value - predictions.loc).abs()),
         "num_median_scale": float(predictions.scale.quantile(0.5)) if count else float("nan"),
         "coverage_50": coverage(predictions, 0.5),
         "coverage_90": coverage(predictions, 0.9),
@@ -300,6 +350,7 @@ class Evaluation:
     numbers: NumberPredictions = field(default_factory=NumberPredictions.empty)
     documents: int = 0
     language: bool = True
+    bits: "TextBits | None" = None
 
     def metrics(
         self, number_index: int | None = None, levels: Iterable[float] = CALIBRATION_LEVELS, metric_set: str = "auto"
@@ -313,6 +364,8 @@ class Evaluation:
             raise ValueError("language metrics were asked for but this evaluation skipped them (language=False)")
         if metric_set in ("auto", "all", "language") and self.language:
             result.update(self.tokens.metrics())
+            if self.bits is not None:
+                result.update(self.bits.metrics())
         if metric_set != "language":
             selected = self.numbers.select(number_index)
             if len(selected) == 0 and metric_set != "auto":
@@ -533,24 +586,200 @@ def evaluate_documents(
     add_eos: bool = True,
     keep_individuals: bool = False,
     language: bool = True,
+    bits: bool = False,
 ) -> Evaluation:
-    """Tokenize ``documents`` (with `causal_qwen.collator`), pad them right in batches and evaluate."""
+    """Tokenize ``documents`` (with `causal_qwen.collator`), pad them right in batches and evaluate.
+    ``bits``: also `text_bits` of the documents' whole texts (not cut at ``max_length``), with language."""
     from .collator import NumericCollator, tokenize_documents
 
     examples = tokenize_documents(documents, tokenizer, max_length=max_length, add_eos=add_eos)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else tokenizer.eos_token_id
     collator = NumericCollator(pad_token_id=pad_id, padding_side="right")
-    return evaluate_batches(
+    evaluation = evaluate_batches(
         model, iterate_batches(examples, collator, batch_size), keep_individuals=keep_individuals, language=language
     )
+    if bits and language:
+        evaluation.bits = text_bits(model, tokenizer, [doc.text for doc in documents], batch_size=batch_size)
+    return evaluation
 
 
 def evaluate_data(
-    model, tokenizer, spec: EvalData, batch_size: int = 8, keep_individuals: bool = False, language: bool = True
+    model, tokenizer, spec: EvalData, batch_size: int = 8, keep_individuals: bool = False, language: bool = True,
+    bits: bool = False,
 ) -> Evaluation:
     """`load_documents` then `evaluate_documents`."""
     documents = load_documents(spec)
     return evaluate_documents(
         model, tokenizer, documents, batch_size=batch_size, max_length=spec.max_length, add_eos=spec.add_eos,
-        keep_individuals=keep_individuals, language=language,
+        keep_individuals=keep_individuals, language=language, bits=bits,
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bits per byte of the raw text
+# ---------------------------------------------------------------------------------------------------------
+TOKEN_PROBABILITIES = ("softmax", "ovr")
+
+
+def number_half_unit(spelled: str) -> float:
+    """Half a unit of the last digit written in ``spelled`` (a number as `causal_qwen.numbers.find_numbers`
+    reads it): ``"12.8"`` → 0.05, ``"-3"`` → 0.5, ``"1,200"`` → 0.5, ``"2.5e3"`` → 50."""
+    text = spelled.strip().lstrip("-\u2212").replace(",", "")
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    if not mantissa or not all(ch.isdigit() or ch == "." for ch in mantissa):
+        raise ValueError(f"not a number as the tokenizer reads one: {spelled!r}")
+    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+
+
+def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
+    """``log P(low ≤ Y ≤ high)`` for ``Y ~ Cauchy(loc, scale)`` (float64, broadcast; low < high).
+
+    With ``a = (high − loc)/scale`` and ``b = (low − loc)/scale``, ``π·P = atan a − atan b
+    = atan((a − b)/(1 + ab)) + π·[1 + ab < 0]``: no cancellation when both lie far in the same tail.
+    """
+    a = (high.double() - loc.double()) / scale.double()
+    b = (low.double() - loc.double()) / scale.double()
+    denominator = 1 + a * b
+    angle = torch.atan((a - b) / denominator) + math.pi * (denominator < 0).double()
+    return torch.log(angle / math.pi)
+
+
+@dataclass
+class TextBits:
+    """Totals of `text_bits` / `qwen_text_bits`: bits over every token of the texts, and the part spent on
+    tokens inside numbers (CausalQwen: the ``<NUM>`` tokens with their value; Qwen: the tokens that overlap a
+    number's characters)."""
+
+    bits: float = 0.0
+    number_bits: float = 0.0
+    bytes: int = 0
+    number_bytes: int = 0
+    tokens: int = 0
+    numbers: int = 0
+    texts: int = 0
+
+    def metrics(self) -> dict[str, Any]:
+        nan = float("nan")
+        return {
+            "bits_per_byte": self.bits / self.bytes if self.bytes else nan,
+            "number_bits_per_byte": self.number_bits / self.number_bytes if self.number_bytes else nan,
+            "text_bits": self.bits,
+            "text_bytes": self.bytes,
+            "number_bits": self.number_bits,
+            "number_bytes": self.number_bytes,
+            "bits_tokens": self.tokens,
+            "bits_numbers": self.numbers,
+            "bits_texts": self.texts,
+        }
+
+
+def _check_texts(texts) -> list[str]:
+    texts = list(texts)
+    if not texts or not all(isinstance(text, str) and text for text in texts):
+        raise ValueError("bits per byte needs a non-empty list of non-empty strings")
+    return texts
+
+
+@torch.no_grad()
+def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch_size: int = 8) -> TextBits:
+    """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`."""
+    from .numbers import find_numbers
+
+    if token_probability not in TOKEN_PROBABILITIES:
+        raise ValueError(f"token_probability must be one of {TOKEN_PROBABILITIES}, got {token_probability!r}")
+    texts = _check_texts(texts)
+    context = tokenizer.eos_token_id
+    num_id = model.config.num_token_id
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    totals = TextBits()
+    try:
+        with cauchy.reuse_abs_weights():
+            for start in range(0, len(texts), batch_size):
+                batch = texts[start : start + batch_size]
+                encoded = tokenizer(batch, padding=True, padding_side="right")
+                ids = torch.cat([torch.full((len(batch), 1), context), encoded["input_ids"]], dim=1).to(device)  # (B,S)
+                values = torch.cat([torch.zeros(len(batch), 1), encoded["numeric_values"]], dim=1).to(device)  # (B,S)
+                mask = torch.cat([torch.ones(len(batch), 1, dtype=torch.long), encoded["attention_mask"]], 1).to(device)
+                out = model(input_ids=ids, numeric_values=values, attention_mask=mask, return_scores=False)
+                targets = ids[:, 1:]  # (B,S-1) position i predicts token i+1
+                keep = mask[:, 1:].bool()  # (B,S-1)
+                rows, cols = keep.nonzero(as_tuple=True)  # (N,), (N,)
+                token_ids = targets[rows, cols]  # (N,)
+                log_p = _token_log_probs(model, out.loc_U[:, :-1][rows, cols], out.scale_U[:, :-1][rows, cols],
+                                         token_ids, token_probability)  # (N,) natural log
+                is_number = token_ids == num_id  # (N,)
+                half_units = []
+                for text in batch:
+                    half_units += [number_half_unit(span.text) for span in find_numbers(tokenizer.normalize(text))]
+                if len(half_units) != int(is_number.sum()):
+                    raise RuntimeError("the <NUM> tokens do not match the numbers found in the texts")
+                v = values[:, 1:][rows, cols][is_number].double()  # (M,)
+                h = torch.tensor(half_units, dtype=torch.float64, device=device)  # (M,)
+                loc = out.loc_Y[:, :-1][rows, cols][is_number].double()
+                scale = out.scale_Y[:, :-1][rows, cols][is_number].double()
+                number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
+                nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
+                totals.bits += nats / math.log(2)
+                totals.number_bits += -float(number_log_p.sum()) / math.log(2)
+                totals.tokens += int(token_ids.numel())
+                totals.numbers += int(is_number.sum())
+                totals.texts += len(batch)
+                for text in batch:
+                    totals.bytes += len(text.encode("utf-8"))
+                    totals.number_bytes += sum(len(span.text.encode("utf-8")) for span in find_numbers(text))
+    finally:
+        model.train(was_training)
+    return totals
+
+
+def _token_log_probs(model, loc_U: Tensor, scale_U: Tensor, token_ids: Tensor, token_probability: str) -> Tensor:
+    """``log p(token)`` (N,) float64 from the individual representation (N,C), a chunk of positions at a time."""
+    vocab = model.config.vocab_size
+    chunk = max(1, SCORE_ELEMENTS_PER_CHUNK // vocab)
+    parts = []
+    for start in range(0, token_ids.numel(), chunk):
+        part = slice(start, start + chunk)
+        loc_S, scale_S = model.action.classify(loc_U[part], scale_U[part])  # (n,V) each
+        if token_probability == "softmax":
+            log_probs = torch.log_softmax(loc_S.double(), dim=-1)  # (n,V)
+        else:
+            log_p, _ = cauchy.ovr_log_probs(loc_S.double(), scale_S.double(), model.ovr_thresholds().double())
+            log_probs = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)  # (n,V)
+        parts.append(log_probs.gather(1, token_ids[part].unsqueeze(1))[:, 0])
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+@torch.no_grad()
+def qwen_text_bits(model, tokenizer, texts, batch_size: int = 8) -> TextBits:
+    """A plain causal LM's bits on ``texts`` (module docstring); ``tokenizer``: its Hugging Face (fast)
+    tokenizer, asked for character offsets to tell the tokens inside numbers."""
+    from .numbers import find_numbers
+
+    texts = _check_texts(texts)
+    context = tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    totals = TextBits()
+    try:
+        for text in texts:
+            encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids = torch.tensor([[context] + list(encoded["input_ids"])], device=device)  # (1,S)
+            logits = model(input_ids=ids).logits[0, :-1].double()  # (S-1,V)
+            log_p = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:].unsqueeze(1))[:, 0]  # (S-1,)
+            spans = find_numbers(text)
+            in_number = torch.tensor([any(s.start < end and start < s.end for s in spans)
+                                      for start, end in encoded["offset_mapping"]], dtype=torch.bool, device=device)
+            totals.bits += -float(log_p.sum()) / math.log(2)
+            totals.number_bits += -float(log_p[in_number].sum()) / math.log(2)
+            totals.tokens += int(log_p.numel())
+            totals.numbers += len(spans)
+            totals.texts += 1
+            totals.bytes += len(text.encode("utf-8"))
+            totals.number_bytes += sum(len(span.text.encode("utf-8")) for span in spans)
+    finally:
+        model.train(was_training)
+    return totals

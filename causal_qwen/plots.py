@@ -6,7 +6,8 @@ Shape legend: M numbers, P points of the individual space, C causal size, K next
 - `plot_number_densities`: the predictive Cauchy density ``f(y) = 1/(π·γ·(1 + ((y − μ)/γ)²))`` of chosen
   numbers (μ = loc_Y, γ = scale_Y), with the central 50%/90% intervals ``μ ± γ·tan(π·p/2)`` shaded and the
   true value marked.
-- `plot_calibration`: nominal vs empirical coverage of the central intervals (the diagonal is perfect).
+- `plot_calibration`: nominal vs empirical coverage of the central intervals (the diagonal is perfect),
+  beside the histogram of the probability integral transform ``F(y)`` (flat when calibrated).
 - `plot_next_token`: top-k next-token OvR probabilities ``P_k`` next to the softmax probabilities.
 - `plot_individual_space`: a 2-D PCA projection (``torch.pca_lowrank``) of ``loc_U``; marker area grows
   with the mean of ``scale_U`` over the C components.
@@ -115,31 +116,60 @@ def plot_number_densities(
 
 
 # ---------------------------------------------------------------------------------------------------------
-def plot_calibration(series: Mapping[str, Tensor], path: str | Path, levels: Iterable[float] | None = None) -> Path:
-    """Calibration curve(s). ``series`` maps a name to the central ranks ``r = |2F(y) − 1|`` (M,) of its
-    numbers (`NumberPredictions.central_rank`): the empirical coverage at level p is ``mean(r ≤ p)``."""
+def plot_calibration(series: Mapping[str, Tensor], path: str | Path, levels: Iterable[float] | None = None,
+                     bins: int = 10) -> Path:
+    """Calibration, two panels. ``series`` maps a name to the probability integral transforms
+    ``PIT = F(y)`` (M,) of its numbers (`NumberPredictions.pit`), each in [0, 1].
+
+    Left, the reliability curve: nominal level p against the empirical coverage of the central p-interval,
+    ``mean(r ≤ p)`` with the central rank ``r = |2·PIT − 1|`` (the diagonal is perfect). Right, the PIT
+    histogram over ``bins`` equal bins as a density (flat at 1 when calibrated; a hump in the middle: the
+    intervals are too wide; a U: too narrow; a slope: the medians are biased).
+    """
     from .evaluation import CALIBRATION_LEVELS
 
     if not series:
-        raise ValueError("plot_calibration needs at least one series of central ranks")
+        raise ValueError("plot_calibration needs at least one series of PIT values")
+    if not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
     levels = tuple(CALIBRATION_LEVELS if levels is None else levels)
-    figure = _figure(5.5, 5.0)
-    axis = figure.subplots()
-    axis.plot([0, 1], [0, 1], color="grey", ls=":", lw=1, label="perfect calibration")
+    checked = {}
+    for name, values in series.items():
+        pit = _as_1d(f"PIT values of {name!r}", values)
+        if bool(((pit < 0) | (pit > 1) | pit.isnan()).any()):
+            raise ValueError(f"PIT values of {name!r} must lie in [0, 1] (F(y) of each number)")
+        checked[name] = pit
+    figure = _figure(11, 4.8)
+    reliability, histogram = figure.subplots(1, 2)
+    reliability.plot([0, 1], [0, 1], color="grey", ls=":", lw=1, label="perfect calibration")
     fine = torch.linspace(0, 1, 201, dtype=torch.float64)  # (201,)
-    for name, ranks in series.items():
-        ranks = _as_1d(f"central ranks of {name!r}", ranks)
+    edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64)  # (bins+1,)
+    width = 1.0 / bins / max(1, len(checked))
+    for index, (name, pit) in enumerate(checked.items()):
+        ranks = (2 * pit - 1).abs()  # (M,) central ranks
         curve = (ranks.unsqueeze(0) <= fine.unsqueeze(1)).double().mean(dim=1)  # (201,)
-        line = axis.plot(fine.numpy(), curve.numpy(), lw=1.5, label=f"{name} (n={ranks.numel()})")[0]
-        at_levels = [(float((ranks <= p).double().mean())) for p in levels]
-        axis.plot(levels, at_levels, "o", color=line.get_color(), ms=5)
-    axis.set_xlim(0, 1)
-    axis.set_ylim(0, 1)
-    axis.set_xlabel("nominal coverage of the central interval")
-    axis.set_ylabel("empirical coverage (fraction of true values inside)")
-    axis.set_title("Calibration of the Cauchy number predictions")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="upper left")
+        line = reliability.plot(fine.numpy(), curve.numpy(), lw=1.5, label=f"{name} (n={pit.numel()})")[0]
+        at_levels = [float((ranks <= p).double().mean()) for p in levels]
+        reliability.plot(levels, at_levels, "o", color=line.get_color(), ms=5)
+        counts = torch.histc(pit, bins=bins, min=0.0, max=1.0)  # (bins,)
+        density = counts / pit.numel() * bins  # (bins,)
+        histogram.bar((edges[:-1] + index * width).numpy(), density.numpy(), width=width, align="edge",
+                      color=line.get_color(), alpha=0.75, label=name)
+    histogram.axhline(1.0, color="grey", ls=":", lw=1, label="calibrated (uniform)")
+    reliability.set_xlim(0, 1)
+    reliability.set_ylim(0, 1)
+    reliability.set_xlabel("nominal coverage of the central interval")
+    reliability.set_ylabel("empirical coverage (fraction of true values inside)")
+    reliability.set_title("Reliability of the central intervals", fontsize=10)
+    reliability.grid(alpha=0.3)
+    reliability.legend(fontsize=8, loc="upper left")
+    histogram.set_xlim(0, 1)
+    histogram.set_xlabel("PIT = F(y), the predictive CDF at the true value")
+    histogram.set_ylabel("density")
+    histogram.set_title("PIT histogram (flat when calibrated; hump: too wide; U: too narrow)", fontsize=10)
+    histogram.grid(alpha=0.3, axis="y")
+    histogram.legend(fontsize=8, loc="upper right")
+    figure.suptitle("Calibration of the Cauchy number predictions")
     return _save(figure, path)
 
 

@@ -266,6 +266,122 @@ def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 3
     for key in ("perplexity", "token_accuracy_ovr", "token_accuracy_softmax", "num_mdae", "num_mape", "num_nll",
-                "coverage_50", "coverage_90", "num_tail_ratio"):
+                "num_log_score", "coverage_50", "coverage_90", "num_tail_ratio", "num_scale_error_spearman",
+                "bits_per_byte", "number_bits_per_byte"):
         assert isinstance(metrics[key], float)
     assert len(metrics["calibration"]) == 10
+    texts = ["Day 1: high 10.5 C.", "Day 2: high 11.0 C.", "Day 3: high 12.5 C."]
+    assert metrics["text_bytes"] == sum(len(t.encode()) for t in texts)
+    assert metrics["bits_numbers"] == 6 and metrics["bits_per_byte"] > 0
+
+
+# ---- log score, scale-error correlation, PIT ---------------------------------------------------------------
+def test_log_score_and_scale_error_spearman_by_hand():
+    metrics = number_metrics(hand_predictions())
+    assert metrics["num_log_score"] == metrics["num_nll"]
+    # scales 1, 1, 2, 1 (ranks 2, 2, 4, 2) against |errors| 2, 3, 0, 0.8 (ranks 3, 4, 1, 2)
+    ranks_scale = torch.tensor([2.0, 2.0, 4.0, 2.0]) - 2.5
+    ranks_error = torch.tensor([3.0, 4.0, 1.0, 2.0]) - 2.5
+    expected = float((ranks_scale * ranks_error).sum() / (ranks_scale.norm() * ranks_error.norm()))
+    assert metrics["num_scale_error_spearman"] == pytest.approx(expected)
+    assert expected < 0  # the one wide interval holds the one exact prediction
+
+
+def test_spearman_matches_scipy_with_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 6, (50,), generator=generator).double()  # many ties
+    b = a + torch.randn(50, generator=generator, dtype=torch.float64)
+    assert evaluation.spearman(a, b) == pytest.approx(scipy_stats.spearmanr(a.numpy(), b.numpy()).statistic)
+    assert evaluation.spearman(a, -b) == pytest.approx(-evaluation.spearman(a, b))
+    assert math.isnan(evaluation.spearman(torch.ones(5), torch.arange(5.0)))  # constant scale: no ranking
+    with pytest.raises(ValueError, match="equal lengths"):
+        evaluation.spearman(torch.ones(3), torch.ones(4))
+
+
+def test_pit_is_the_cauchy_cdf_and_folds_to_the_central_rank():
+    predictions = hand_predictions()
+    pit = predictions.pit()
+    cdf = torch.distributions.Cauchy(predictions.loc, predictions.scale).cdf(predictions.value)
+    assert torch.allclose(pit, cdf.double(), atol=1e-12)
+    assert torch.allclose((2 * pit - 1).abs(), predictions.central_rank(), atol=1e-12)
+
+
+# ---- bits per byte ------------------------------------------------------------------------------------------
+def test_number_half_unit():
+    cases = {"12.8": 0.05, "-3": 0.5, "1,200": 0.5, "0.000": 0.0005, "2.5e3": 50.0, "7E-2": 0.005, ".5": 0.05}
+    for spelled, expected in cases.items():
+        assert evaluation.number_half_unit(spelled) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="not a number"):
+        evaluation.number_half_unit("abc")
+
+
+def test_cauchy_interval_log_mass_against_the_cdf_and_in_the_far_tail():
+    loc, scale = torch.tensor(1.0, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    cauchy = torch.distributions.Cauchy(loc, scale)
+    for low, high in ((-1.0, 0.5), (0.0, 3.0), (-30.0, 40.0), (5.0, 5.1)):
+        low_t, high_t = torch.tensor(low, dtype=torch.float64), torch.tensor(high, dtype=torch.float64)
+        expected = math.log(float(cauchy.cdf(high_t) - cauchy.cdf(low_t)))
+        assert float(evaluation.cauchy_interval_log_mass(low_t, high_t, loc, scale)) == pytest.approx(expected, rel=1e-9)
+    # far in a tail the CDF difference cancels to nothing; density × width is then exact to first order
+    value = torch.tensor(1e7, dtype=torch.float64)
+    naive = float(cauchy.cdf(value + 0.05) - cauchy.cdf(value - 0.05))
+    log_mass = float(evaluation.cauchy_interval_log_mass(value - 0.05, value + 0.05, loc, scale))
+    assert log_mass == pytest.approx(float(cauchy.log_prob(value)) + math.log(0.1), abs=1e-6)
+    assert abs(math.log(max(naive, 1e-300)) - log_mass) > 1e-3  # the naive difference has lost it
+
+
+@pytest.fixture(scope="module")
+def tiny_model_and_tokenizer(tiny_dir):
+    from causal_qwen.loading import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(model_dir=str(tiny_dir))
+
+
+@torch.no_grad()
+def test_text_bits_equal_qwen_bits_on_text_without_numbers(tiny_model_and_tokenizer):
+    """Two independent routes: the converted model's softmax over loc_S is Qwen's softmax, so without numbers
+    CausalQwen's bits (its own tokenizer) equal Qwen's (the plain Qwen tokenizer)."""
+    from causal_qwen.presets import build_preset
+    from causal_qwen.tokenizer import build_qwen25_base_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer
+    texts = ["The quick brown fox jumps over the lazy dog.", "Ünïcode bytes count as bytes: naïve café."]
+    causal = evaluation.text_bits(model, tokenizer, texts, batch_size=1)
+    qwen = evaluation.qwen_text_bits(build_preset("random:tiny"), build_qwen25_base_tokenizer(), texts)
+    assert causal.bytes == qwen.bytes == sum(len(t.encode("utf-8")) for t in texts)
+    assert causal.tokens == qwen.tokens
+    assert causal.bits == pytest.approx(qwen.bits, rel=1e-5)
+    assert causal.metrics()["bits_per_byte"] == pytest.approx(causal.bits / causal.bytes)
+    assert causal.numbers == 0 and causal.number_bits == 0
+    # padding in a batch changes nothing
+    assert evaluation.text_bits(model, tokenizer, texts, batch_size=2).bits == pytest.approx(causal.bits, rel=1e-5)
+
+
+@torch.no_grad()
+def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    coarse = evaluation.text_bits(model, tokenizer, ["The high was 12.8 C."])
+    fine = evaluation.text_bits(model, tokenizer, ["The high was 12.80 C."])
+    assert coarse.numbers == fine.numbers == 1
+    assert fine.bytes == coarse.bytes + 1
+    # same tokens, same value; only the interval shrinks from ±0.05 to ±0.005
+    encoded = tokenizer(["The high was 12.8 C."])
+    context = torch.tensor([[tokenizer.eos_token_id]])
+    ids = torch.cat([context, encoded["input_ids"]], dim=1)
+    values = torch.cat([torch.zeros(1, 1), encoded["numeric_values"]], dim=1)
+    out = model(input_ids=ids, numeric_values=values)
+    position = int((ids[0] == model.config.num_token_id).nonzero()[0]) - 1  # predicts the <NUM>
+    p_num = float(torch.softmax(out.loc_S[0, position].double(), -1)[model.config.num_token_id])
+    y = torch.distributions.Cauchy(out.loc_Y[0, position].double(), out.scale_Y[0, position].double())
+    v = torch.tensor(float(values[0, position + 1]), dtype=torch.float64)
+    for totals, half in ((coarse, 0.05), (fine, 0.005)):
+        mass = float(y.cdf(v + half) - y.cdf(v - half))
+        assert totals.number_bits == pytest.approx(-math.log2(p_num * mass), rel=1e-6)
+    assert fine.bits - coarse.bits == pytest.approx(fine.number_bits - coarse.number_bits, rel=1e-6)
+    with pytest.raises(ValueError, match="token_probability"):
+        evaluation.text_bits(model, tokenizer, ["x"], token_probability="logits")
+    with pytest.raises(ValueError, match="non-empty"):
+        evaluation.text_bits(model, tokenizer, [])
+    ovr = evaluation.text_bits(model, tokenizer, ["The high was 12.8 C."], token_probability="ovr")
+    assert math.isfinite(ovr.bits) and ovr.bits != coarse.bits

@@ -38,6 +38,18 @@ def test_calibration(tmp_path):
     assert_png(path)
     with pytest.raises(ValueError, match="at least one series"):
         plots.plot_calibration({}, tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        plots.plot_calibration({"ranks": torch.tensor([0.2, 1.5])}, tmp_path / "x.png")
+
+
+def test_calibration_draws_the_pit_histogram_beside_the_reliability_curve(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    path = plots.plot_calibration({"uniform PIT": torch.rand(500, generator=generator)}, tmp_path / "c.png", bins=8)
+    assert_png(path)
+    from PIL import Image
+
+    width, height = Image.open(path).size
+    assert width > 1.6 * height  # two panels side by side
 
 
 def test_next_token(tmp_path):

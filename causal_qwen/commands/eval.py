@@ -18,8 +18,10 @@ def register(subparsers) -> None:
         help="evaluate a model on a data file: perplexity, token accuracy, number errors, interval coverage",
         description="Language metrics (perplexity from the softmax over loc_S, top-1 accuracy under OvR and "
         "softmax decisions, mean OvR probability of the target, mean sum of OvR probabilities) and number "
-        "metrics at <NUM> targets (median absolute error and MAPE of the Cauchy median loc_Y, mean Cauchy NLL, "
-        "coverage of the central 50%/90% intervals, calibration table).",
+        "metrics at <NUM> targets (median absolute error and MAPE of the Cauchy median loc_Y, log score = mean "
+        "Cauchy NLL, coverage of the central 50%/90% intervals, Spearman correlation of scale_Y and |error|, "
+        "calibration table). With language metrics, bits per byte of the raw text: a number's probability is "
+        "P(<NUM>) times the Cauchy mass of the values written as the same string.",
     )
     add_model_arguments(parser)
     add_data_arguments(parser)
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
     result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
-                           language=args.metrics != "numbers")
+                           language=args.metrics != "numbers", bits=args.metrics != "numbers")
     metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics)
     metrics["model"] = args.model or args.base
     metrics["data"] = args.data
@@ -108,13 +110,16 @@ def format_metrics(metrics: dict) -> str:
         ("token_accuracy_ovr", "top-1 accuracy, OvR (standard)"),
         ("ovr_target_prob", "mean OvR probability of the target"),
         ("ovr_prob_sum", "mean sum of OvR probabilities"),
+        ("bits_per_byte", "bits per byte of the raw text"),
+        ("number_bits_per_byte", "bits per byte of the numbers' characters"),
         ("num_count", "number targets"),
         ("num_mdae", "median absolute error of loc_Y"),
         ("num_mape", "MAPE of loc_Y (%)"),
-        ("num_nll", "mean Cauchy NLL"),
+        ("num_log_score", "log score (mean Cauchy NLL)"),
         ("num_median_scale", "median scale_Y"),
         ("coverage_50", "coverage of central 50% interval"),
         ("coverage_90", "coverage of central 90% interval"),
+        ("num_scale_error_spearman", "Spearman of scale_Y and |y - loc_Y|"),
         ("num_tail_ratio", "q90/q50 of |y - loc_Y|/scale_Y (Cauchy: 6.31)"),
     ]
     rows = [(label, _fmt(metrics[key])) for key, label in labels if key in metrics]

@@ -1,7 +1,7 @@
 """``causal-qwen plot KIND``: PNG figures of a model's predictions or of a training run.
 
 Kinds: ``numbers`` (predictive Cauchy densities with the true values), ``calibration`` (nominal vs empirical
-coverage), ``next-token`` (top-k OvR probabilities next to softmax), ``individuals`` (2-D PCA of ``loc_U``,
+coverage beside the histogram of the probability integral transform F(y)), ``next-token`` (top-k OvR probabilities next to softmax), ``individuals`` (2-D PCA of ``loc_U``,
 marker size from ``scale_U``), ``training`` (curves from ``metrics.jsonl``).
 """
 
@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     numbers.add_argument("--unit", default="value", help="x-axis label, e.g. 'temp_max (C)'")
     numbers.set_defaults(func=run_numbers)
 
-    calibration = kinds.add_parser("calibration", help="nominal vs empirical coverage of the central intervals")
+    calibration = kinds.add_parser("calibration", help="nominal vs empirical coverage of the central intervals, "
+                                   "beside the PIT histogram")
     _model_and_data(calibration)
     calibration.set_defaults(func=run_calibration)
 
@@ -88,7 +89,7 @@ def run_numbers(args: argparse.Namespace) -> int:
 
 def run_calibration(args: argparse.Namespace) -> int:
     numbers = _number_predictions(args)
-    path = plots.plot_calibration({args.data: numbers.central_rank()}, args.out)
+    path = plots.plot_calibration({args.data: numbers.pit()}, args.out)
     print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,214 @@
+"""Baselines for predicting one number of a table row, and the figures every forecaster is judged by.
+
+Shape legend: R held-out rows, T training rows, F design-matrix columns.
+
+A forecast is a predictive distribution per held-out row: a point (its median), a scale, a family, and its
+central 50% and 90% intervals. The figures (`forecast_figures`), for true values y (R,):
+
+    mdae                  = median_j |y_j − point_j|
+    log_score             = mean_j −log f_j(y_j)     (f_j the forecast's density; lower is better)
+    coverage_p            = mean_j [low_p,j ≤ y_j ≤ high_p,j]
+    scale_error_spearman  = Spearman rank correlation of scale_j and |y_j − point_j|
+                            (NaN when every scale is the same: a homoscedastic forecast has no ranking)
+    calibration           = [{nominal p, empirical mean_j [|y_j − point_j| ≤ half_width_p(scale_j)]}]
+
+Families and their densities (z = (y − point)/scale), with the central p-interval ``point ± h_p·scale``:
+
+    cauchy    −log f = log(π·scale) + log1p(z²)            h_p = tan(π·p/2)
+    gaussian  −log f = ½·log(2π·scale²) + z²/2             h_p = √2·erfinv(p)
+    laplace   −log f = log(2·scale) + |z|                  h_p = −log(1 − p)
+
+The baselines, fitted on the training rows only:
+
+    median                ŷ = median(y_train); Laplace(ŷ, b), b = mean |y_train − ŷ| (its maximum likelihood)
+    least_squares         ŷ = xᵀβ, β = argmin ‖Xβ − y‖²; Gaussian(ŷ, σ), σ² = mean residual² (max likelihood)
+    cauchy_homoscedastic  the least-squares ŷ with Cauchy(ŷ, γ), γ the maximum-likelihood scale of the training
+                          residuals (one γ for every row)
+    gradient_boosting     scikit-learn ``HistGradientBoostingRegressor`` with the quantile loss at
+                          q = 0.05, 0.25, 0.5, 0.75, 0.95 (five models; each row's five predictions sorted, so
+                          the intervals never cross); point = q50; 50% interval [q25, q75], 90% interval
+                          [q05, q95]; its density (for the log score and the calibration table) is the Cauchy
+                          whose quartiles are q25 and q75: Cauchy(q50, (q75 − q25)/2)
+
+The design matrix X is `causal_qwen.demo.design_matrix` (an intercept, numeric fields as values, a date as
+day-of-year sin/cos, other fields one-hot over their training levels).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from . import cauchy
+from .evaluation import CALIBRATION_LEVELS, spearman
+
+FAMILIES = ("cauchy", "gaussian", "laplace")
+BOOSTING_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Families
+# ---------------------------------------------------------------------------------------------------------
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+
+
+def negative_log_density(family: str, value: Tensor, point: Tensor, scale: Tensor) -> Tensor:
+    """``−log f(value)`` of the family's distribution at ``point``/``scale`` (broadcast; float64)."""
+    _check_family(family)
+    value, point, scale = value.double(), point.double(), scale.double()
+    z = (value - point) / scale
+    if family == "cauchy":
+        return torch.log(math.pi * scale) + torch.log1p(z * z)
+    if family == "gaussian":
+        return 0.5 * torch.log(2 * math.pi * scale * scale) + 0.5 * z * z
+    return torch.log(2 * scale) + z.abs()
+
+
+def half_width(family: str, level: float) -> float:
+    """``h_p``: the central ``level`` interval of the family's standard form is ``[−h_p, h_p]``."""
+    _check_family(family)
+    if not 0 < level < 1:
+        raise ValueError(f"interval level must lie strictly between 0 and 1, got {level}")
+    if family == "cauchy":
+        return cauchy.interval_half_width(level)
+    if family == "gaussian":
+        return math.sqrt(2.0) * float(torch.special.erfinv(torch.tensor(level, dtype=torch.float64)))
+    return -math.log1p(-level)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Forecasts and their figures
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Forecast:
+    """A predictive distribution per held-out row (all (R,) float64). ``intervals`` maps a level to
+    ``(low, high)``; levels missing there come from the family (``point ± h_p·scale``)."""
+
+    family: str
+    point: Tensor
+    scale: Tensor
+    intervals: dict[float, tuple[Tensor, Tensor]]
+    train_seconds: float
+    description: str
+
+    def interval(self, level: float) -> tuple[Tensor, Tensor]:
+        if level in self.intervals:
+            return self.intervals[level]
+        half = half_width(self.family, level) * self.scale
+        return self.point - half, self.point + half
+
+
+def forecast_figures(forecast: Forecast, value: Tensor, levels: Sequence[float] | None = None) -> dict[str, Any]:
+    """The figures of the module docstring for ``forecast`` against the true values ``value`` (R,)."""
+    value = value.double().reshape(-1)
+    if forecast.point.numel() != value.numel():
+        raise ValueError(f"the forecast has {forecast.point.numel()} rows, the true values {value.numel()}")
+    error = (value - forecast.point).abs()  # (R,)
+    figures: dict[str, Any] = {
+        "count": int(value.numel()),
+        "mdae": float(error.quantile(0.5)),
+        "log_score": float(negative_log_density(forecast.family, value, forecast.point, forecast.scale).mean()),
+    }
+    for level in (0.5, 0.9):
+        low, high = forecast.interval(level)
+        figures[f"coverage_{int(level * 100)}"] = float(((value >= low) & (value <= high)).double().mean())
+    figures["scale_error_spearman"] = spearman(forecast.scale, error)
+    figures["calibration"] = [
+        {"nominal": float(p), "empirical": float((error <= half_width(forecast.family, p) * forecast.scale).double().mean())}
+        for p in (CALIBRATION_LEVELS if levels is None else levels)
+    ]
+    figures["train_seconds"] = forecast.train_seconds
+    figures["distribution"] = forecast.description
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The baselines
+# ---------------------------------------------------------------------------------------------------------
+def _targets(rows: Sequence[dict], target: str) -> Tensor:
+    return torch.tensor([float(row[target]) for row in rows], dtype=torch.float64)
+
+
+def fit_median(train: Sequence[dict], held_out: Sequence[dict], target: str) -> Forecast:
+    """Training median with a Laplace scale b = mean |y_train − median|."""
+    start = time.perf_counter()
+    y = _targets(train, target)  # (T,)
+    median = float(y.quantile(0.5))
+    b = float((y - median).abs().mean())
+    seconds = time.perf_counter() - start
+    count = len(held_out)
+    return Forecast("laplace", torch.full((count,), median, dtype=torch.float64),
+                    torch.full((count,), max(b, 1e-12), dtype=torch.float64), {}, seconds,
+                    f"Laplace(training median {median:.4g}, b = mean |y - median| = {b:.4g})")
+
+
+def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
+                      family: str = "gaussian") -> Forecast:
+    """Least squares on the design matrix of ``fields``; ``family`` ``"gaussian"`` (σ² = mean residual²)
+    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `demo.cauchy_scale_mle`)."""
+    from .demo import cauchy_scale_mle, design_matrix
+
+    if family not in ("gaussian", "cauchy"):
+        raise ValueError(f"least squares family must be 'gaussian' or 'cauchy', got {family!r}")
+    start = time.perf_counter()
+    categories: dict[str, list[str]] = {}
+    matrix, _ = design_matrix(list(train), fields, categories)  # (T,F)
+    y = _targets(train, target)  # (T,)
+    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
+    residuals = y - matrix @ beta  # (T,)
+    if family == "gaussian":
+        scale = float(residuals.pow(2).mean().sqrt())
+        description = f"Gaussian(least squares, sigma = rms training residual = {scale:.4g})"
+    else:
+        scale = cauchy_scale_mle(residuals)
+        description = f"Cauchy(least squares, gamma = ML scale of the training residuals = {scale:.4g})"
+    seconds = time.perf_counter() - start
+    held_matrix, _ = design_matrix(list(held_out), fields, categories)  # (R,F)
+    point = held_matrix @ beta  # (R,)
+    return Forecast(family, point, torch.full_like(point, max(scale, 1e-12)), {}, seconds, description)
+
+
+def fit_gradient_boosting(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
+                          seed: int = 0) -> Forecast:
+    """Five quantile-loss ``HistGradientBoostingRegressor`` models (module docstring); needs scikit-learn."""
+    try:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+    except ImportError as error:  # pragma: no cover - scikit-learn is in the test extra
+        raise ValueError("the gradient-boosting baseline needs scikit-learn (pip install scikit-learn)") from error
+    from .demo import design_matrix
+
+    start = time.perf_counter()
+    categories: dict[str, list[str]] = {}
+    matrix, _ = design_matrix(list(train), fields, categories)  # (T,F)
+    held_matrix, _ = design_matrix(list(held_out), fields, categories)  # (R,F)
+    y = _targets(train, target).numpy()
+    predictions = []
+    for q in BOOSTING_QUANTILES:
+        model = HistGradientBoostingRegressor(loss="quantile", quantile=q, random_state=seed)
+        model.fit(matrix[:, 1:].numpy(), y)  # the intercept column is constant
+        predictions.append(torch.as_tensor(model.predict(held_matrix[:, 1:].numpy()), dtype=torch.float64))
+    stacked = torch.stack(predictions, dim=1).sort(dim=1).values  # (R,5) sorted: no crossing quantiles
+    seconds = time.perf_counter() - start
+    q05, q25, q50, q75, q95 = stacked.unbind(dim=1)
+    scale = ((q75 - q25) / 2).clamp_min(1e-6)  # (R,)
+    return Forecast("cauchy", q50, scale, {0.5: (q25, q75), 0.9: (q05, q95)}, seconds,
+                    "HistGradientBoostingRegressor, quantile loss at 5/25/50/75/95%; point q50, intervals "
+                    "[q25, q75] and [q05, q95]; density Cauchy(q50, (q75 - q25)/2)")
+
+
+def fit_baselines(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
+                  seed: int = 0) -> dict[str, Forecast]:
+    """Every baseline of the module docstring, fitted on ``train`` and predicting ``held_out``."""
+    return {
+        "median": fit_median(train, held_out, target),
+        "least_squares": fit_least_squares(train, held_out, fields, target, "gaussian"),
+        "gradient_boosting": fit_gradient_boosting(train, held_out, fields, target, seed),
+        "cauchy_homoscedastic": fit_least_squares(train, held_out, fields, target, "cauchy"),
+    }
