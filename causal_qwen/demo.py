@@ -7,18 +7,22 @@ Stages (each reports through the ``progress`` callable; the library itself only 
 3. train     on Seattle's daily weather (vega-datasets ``seattle-weather.csv``): days before ``split_at``
              train, later days are held out; each row becomes ``DEMO_TEMPLATE`` (target number last);
 4. evaluate  on the held-out days: the Cauchy median ``loc_Y`` at the position that predicts ``temp_max``;
-5. compare   with two baselines fitted on the training days in the same run:
+5. compare   with baselines fitted on the training days in the same run:
              median  ŷ = median(temp_max of training days);
              linear  ŷ = xᵀβ, β = argmin ‖Xβ − y‖² (least squares) on the template's other fields
                      (numeric fields as values, a date as day-of-year terms sin/cos(2π·doy/365.25),
                      other text fields one-hot); its Cauchy scale γ (MLE on the training residuals) gives
-                     the baseline's own central intervals ŷ ± γ·tan(π·p/2) for reference;
+                     the baseline's own central intervals ŷ ± γ·tan(π·p/2) and its log score (one scale for
+                     every day: the homoscedastic Cauchy of `causal_qwen.baselines`);
+             gradient boosting  scikit-learn's quantile-loss HistGradientBoostingRegressor (q50 point,
+                     [q25, q75] and [q05, q95] intervals; skipped without scikit-learn);
 6. plot      training curves, predictive densities, calibration, next-token probabilities, individual space
              and the held-out forecasts (PNG);
 7. generate  the end of a few held-out days' sentences ("... high ") in standard, traditional and causal
              mode, the causal individual ε replayed on every day;
 
-and writes ``OUT/report.json``. MdAE = median |y − ŷ| over the held-out days.
+and writes ``OUT/report.json``. MdAE = median |y − ŷ| over the held-out days. `ACCEPTANCE` holds issue 11's
+figures (the same `benchmarks/numbers.py` applies to its three tables).
 """
 
 from __future__ import annotations
@@ -49,19 +53,25 @@ DEMO_SPLIT_BY = "date"
 DEMO_SPLIT_AT = "2015/01/01"
 REPORT_FILE = "report.json"
 
-# The coverage bands the demo is judged by: nominal level -> (lowest, highest) empirical coverage.
+# Both central intervals calibrated: the bands `interval_shape` asks a common rescaling of the scales to reach
+# (a diagnostic of the interval's shape; the acceptance below accepts a Cauchy's over-coverage at 90%).
 COVERAGE_BANDS = {0.5: (0.40, 0.60), 0.9: (0.80, 0.97)}
 
-def _coverage_check(level: float, low: float, high: float) -> tuple[str, Callable[[dict], bool]]:
-    """``("0.40 <= coverage_50 <= 0.60", check)`` for one band of `COVERAGE_BANDS`."""
-    key = f"coverage_{int(100 * level)}"
-    return f"{low:.2f} <= {key} <= {high:.2f}", lambda report: low <= report[key] <= high
-
-
+# Issue 11's acceptance, the same as benchmarks/numbers.py applies to each of its tables: the point prediction
+# as good as the simple models, a calibrated 50% interval, a 90% interval that covers at least 80%, and a
+# per-day scale that carries information (a better log score than one scale for every day, and wider intervals
+# where the errors are larger).
 ACCEPTANCE = {
-    "num_mdae <= 1.25 x baseline_linear_mdae": lambda r: r["num_mdae"] <= 1.25 * r["baseline_linear_mdae"],
-    "num_mdae <= 0.6 x baseline_median_mdae": lambda r: r["num_mdae"] <= 0.6 * r["baseline_median_mdae"],
-    **dict(_coverage_check(level, low, high) for level, (low, high) in COVERAGE_BANDS.items()),
+    "num_mdae <= 1.1 x baseline_linear_mdae": lambda r: r["num_mdae"] <= 1.1 * r["baseline_linear_mdae"],
+    "num_mdae <= 1.3 x baseline_gradient_boosting_mdae": lambda r: (
+        r.get("baseline_gradient_boosting_mdae") is not None and r["num_mdae"] <= 1.3 * r["baseline_gradient_boosting_mdae"]
+    ),
+    "0.40 <= coverage_50 <= 0.60": lambda r: 0.40 <= r["coverage_50"] <= 0.60,
+    "coverage_90 >= 0.80": lambda r: r["coverage_90"] >= 0.80,
+    "num_log_score < baseline_cauchy_homoscedastic_log_score": lambda r: (
+        r["num_log_score"] < r["baseline_cauchy_homoscedastic_log_score"]
+    ),
+    "num_scale_error_spearman > 0.1": lambda r: r["num_scale_error_spearman"] > 0.1,
 }
 
 
@@ -180,7 +190,7 @@ def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tupl
 
 
 def _day_of_year(text: str) -> int | None:
-    parts = text.replace("/", "-").split("-")
+    parts = str(text).replace("/", "-").split("-")
     try:
         return date(int(parts[0]), int(parts[1]), int(parts[2][:2])).timetuple().tm_yday
     except (ValueError, IndexError):
@@ -279,7 +289,10 @@ def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], targ
 
 
 def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[str], target: str) -> dict[str, Any]:
-    """MdAE of the training-median and linear baselines on the held-out rows (and their predictions)."""
+    """MdAE of the training-median, linear and gradient-boosting baselines on the held-out rows (and their
+    predictions); the log score of the homoscedastic Cauchy around the linear fit (`causal_qwen.baselines`).
+    Without scikit-learn the gradient-boosting figures are None."""
+    from . import baselines
     from .evaluation import standardized_coverage
 
     y_train = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)
@@ -288,6 +301,13 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
     linear = fit_linear_baseline(train, fields, target)
     linear_prediction = linear.predict(held_out)  # (R,)
     z = (y - linear_prediction).abs() / linear.cauchy_scale  # (R,) standardised errors
+    homoscedastic = baselines.Forecast("cauchy", linear_prediction, torch.full_like(y, linear.cauchy_scale), {}, 0.0,
+                                       "Cauchy(least squares, ML scale of the training residuals)")
+    try:
+        boosting = baselines.forecast_figures(baselines.fit_gradient_boosting(train, held_out, fields, target), y)
+    except ValueError as error:  # scikit-learn missing
+        logger.warning("gradient-boosting baseline skipped: %s", error)
+        boosting = None
     return {
         "baseline_median_value": median,
         "baseline_median_mdae": float((y - median).abs().quantile(0.5)),
@@ -298,6 +318,10 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
         "baseline_linear_coverage_50": standardized_coverage(z, 0.5),
         "baseline_linear_coverage_90": standardized_coverage(z, 0.9),
         "baseline_linear_interval_shape": interval_shape(z),
+        "baseline_cauchy_homoscedastic_log_score": baselines.forecast_figures(homoscedastic, y)["log_score"],
+        "baseline_gradient_boosting_mdae": None if boosting is None else boosting["mdae"],
+        "baseline_gradient_boosting_coverage_50": None if boosting is None else boosting["coverage_50"],
+        "baseline_gradient_boosting_coverage_90": None if boosting is None else boosting["coverage_90"],
         "_median_prediction": torch.full_like(y, median),
         "_linear_prediction": linear_prediction,
         "_true": y,
@@ -446,7 +470,7 @@ def make_plots(out: Path, model, tokenizer, evaluated: dict, baselines: dict, me
 
     all_numbers = evaluated["all_predictions"]
     written.append(plots.plot_calibration(
-        {f"{settings.target}, held-out days": target.central_rank(), "every number, held-out days": all_numbers.central_rank()},
+        {f"{settings.target}, held-out days": target.pit(), "every number, held-out days": all_numbers.pit()},
         out / "calibration.png",
     ))
 
@@ -618,6 +642,8 @@ def _assemble_report(settings, evaluated, baselines, verification, result, confi
         "num_mdae": target["num_mdae"],
         "num_mape": target["num_mape"],
         "num_nll": target["num_nll"],
+        "num_log_score": target["num_log_score"],
+        "num_scale_error_spearman": target["num_scale_error_spearman"],
         "num_median_scale": target["num_median_scale"],
         "coverage_50": target["coverage_50"],
         "coverage_90": target["coverage_90"],
@@ -648,6 +674,9 @@ def format_table(report: dict) -> str:
         ("linear regression on " + ", ".join(report["baseline_linear_fields"]), report["baseline_linear_mdae"],
          report["baseline_linear_coverage_50"], report["baseline_linear_coverage_90"]),
     ]
+    if report.get("baseline_gradient_boosting_mdae") is not None:
+        rows.append(("gradient boosting (quantile loss)", report["baseline_gradient_boosting_mdae"],
+                     report["baseline_gradient_boosting_coverage_50"], report["baseline_gradient_boosting_coverage_90"]))
     width = max(len(r[0]) for r in rows)
 
     def cell(value) -> str:
@@ -657,6 +686,10 @@ def format_table(report: dict) -> str:
              f"{'':<{width}}  {'MdAE':>9}  {'cover 50':>9}  {'cover 90':>9}"]
     lines += [f"{name:<{width}}  {cell(mdae)}  {cell(c50)}  {cell(c90)}" for name, mdae, c50, c90 in rows]
     lines.append("(linear coverage: its least-squares fit with a Cauchy scale fitted to the training residuals)")
+    if "num_log_score" in report and "baseline_cauchy_homoscedastic_log_score" in report:
+        lines.append(f"log score (mean Cauchy NLL): CausalQwen {report['num_log_score']:.3f}, one Cauchy scale for "
+                     f"every day around the linear fit {report['baseline_cauchy_homoscedastic_log_score']:.3f}; "
+                     f"Spearman of scale_Y and |error| {report['num_scale_error_spearman']:.3f}")
     shape = report.get("interval_shape")
     if shape:
         bands = ", ".join(f"{int(100 * level)}% in [{low:.2f}, {high:.2f}]" for level, (low, high) in COVERAGE_BANDS.items())

@@ -28,8 +28,11 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     for key in ("num_mdae", "baseline_median_mdae", "baseline_linear_mdae", "coverage_50", "coverage_90",
                 "num_count", "calibration", "all_numbers", "language", "verification", "acceptance", "interval_shape",
-                "baseline_linear_interval_shape"):
+                "baseline_linear_interval_shape", "num_log_score", "num_scale_error_spearman",
+                "baseline_gradient_boosting_mdae", "baseline_cauchy_homoscedastic_log_score"):
         assert key in report
+    assert set(report["acceptance"]) == set(demo.ACCEPTANCE)
+    assert "gradient boosting (quantile loss)" in printed and "log score (mean Cauchy NLL)" in printed
     assert report["num_count"] == report["split"]["held_out_rows"] == 365
     assert report["verification"]["passed"] is True
     assert report["training"]["steps"] == 2
@@ -70,7 +73,12 @@ def test_linear_and_median_baselines_by_hand():
     assert result["baseline_linear_mdae"] == pytest.approx(0.25)  # errors 0.5, 0
     assert result["baseline_median_value"] == pytest.approx(4.5)  # median of 1, 3, 6, 8
     assert result["baseline_median_mdae"] == pytest.approx(6.25)  # errors 5 and 7.5
-
+    # the training residuals are all 0 (an exact fit), so the ML Cauchy scale collapses towards 0 and the log
+    # score of one scale for every row is dominated by the 0.5 miss: log(π·γ) + log1p((0.5/γ)²) ≈ log(0.25·π/γ)
+    gamma = result["baseline_linear_cauchy_scale"]
+    expected = (math.log(math.pi * gamma) + math.log1p((0.5 / gamma) ** 2) + math.log(math.pi * gamma)) / 2
+    assert result["baseline_cauchy_homoscedastic_log_score"] == pytest.approx(expected, rel=1e-6)
+    assert result["baseline_gradient_boosting_mdae"] is not None
 
 def test_interval_shape_tells_width_from_shape():
     generator = torch.Generator().manual_seed(0)
@@ -109,3 +117,24 @@ def test_target_number_index_and_split():
         demo.target_number_index("low {temp_min}", "temp_max")
     with pytest.raises(ValueError, match="leaves"):
         demo.split_rows(rows([(0.0, "a", 1.0)]), "date", "2000/01/01")
+
+
+def test_acceptance_is_issue_11s():
+    passing = {"num_mdae": 2.0, "baseline_linear_mdae": 2.0, "baseline_gradient_boosting_mdae": 1.8,
+               "coverage_50": 0.5, "coverage_90": 0.99, "num_log_score": 2.7,
+               "baseline_cauchy_homoscedastic_log_score": 2.8, "num_scale_error_spearman": 0.2}
+    assert all(check(passing) for check in demo.ACCEPTANCE.values())
+    failing = {
+        "num_mdae <= 1.1 x baseline_linear_mdae": {"num_mdae": 2.25},
+        "num_mdae <= 1.3 x baseline_gradient_boosting_mdae": {"baseline_gradient_boosting_mdae": 1.5},
+        "0.40 <= coverage_50 <= 0.60": {"coverage_50": 0.62},
+        "coverage_90 >= 0.80": {"coverage_90": 0.79},
+        "num_log_score < baseline_cauchy_homoscedastic_log_score": {"num_log_score": 2.8},
+        "num_scale_error_spearman > 0.1": {"num_scale_error_spearman": 0.05},
+    }
+    assert set(failing) == set(demo.ACCEPTANCE)
+    for name, change in failing.items():
+        report = {**passing, **change}
+        assert [n for n, check in demo.ACCEPTANCE.items() if not check(report)] == [name]
+    assert not demo.ACCEPTANCE["num_mdae <= 1.3 x baseline_gradient_boosting_mdae"](
+        {**passing, "baseline_gradient_boosting_mdae": None})  # no scikit-learn: not passed

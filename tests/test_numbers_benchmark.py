@@ -1,0 +1,150 @@
+"""benchmarks/numbers.py and its baselines: hand-computed baseline figures, a --quick smoke run of the whole
+benchmark on tiny data, and the real-weight harness run end to end on the tiny preset (figures meaningless)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from causal_qwen import baselines
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "numbers.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("numbers_benchmark", BENCHMARK)  # not "numbers": stdlib's name
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows(xs, ys):
+    return [{"x": str(x), "y": str(y)} for x, y in zip(xs, ys)]
+
+
+# ---- baselines by hand -----------------------------------------------------------------------------------
+def test_median_baseline_is_a_laplace_by_hand():
+    forecast = baselines.fit_median(rows([0] * 4, [1, 2, 3, 10]), rows([0, 0], [2.5, 5.0]), "y")
+    assert forecast.point.tolist() == [2.5, 2.5]  # median of 1, 2, 3, 10
+    assert forecast.scale.tolist() == [2.5, 2.5]  # mean |y - 2.5| = (1.5 + 0.5 + 0.5 + 7.5) / 4
+    figures = baselines.forecast_figures(forecast, torch.tensor([2.5, 5.0]))
+    assert figures["mdae"] == pytest.approx(1.25)  # errors 0 and 2.5
+    assert figures["log_score"] == pytest.approx(math.log(5.0) + 0.5)  # log(2b) + |z|, z = 0 and 1
+    # central 50% Laplace interval: ± b·ln 2 = ± 1.73: the first value inside, the second outside
+    assert figures["coverage_50"] == 0.5
+    assert math.isnan(figures["scale_error_spearman"])  # one scale for every row: no ranking
+
+
+def test_least_squares_gaussian_and_cauchy_by_hand():
+    train = rows([0, 1, 2, 3], [1.0, 2.0, 5.0, 6.0])  # β = (0.8, 1.8), residuals 0.2, -0.6, 0.6, -0.2
+    held_out = rows([4, 5], [8.0, 10.0])
+    gaussian = baselines.fit_least_squares(train, held_out, ["x"], "y", "gaussian")
+    assert gaussian.point.tolist() == pytest.approx([8.0, 9.8])
+    sigma = math.sqrt((0.04 + 0.36 + 0.36 + 0.04) / 4)
+    assert gaussian.scale.tolist() == pytest.approx([sigma, sigma])
+    figures = baselines.forecast_figures(gaussian, torch.tensor([8.0, 10.0]))
+    z = 0.2 / sigma
+    assert figures["log_score"] == pytest.approx(0.5 * math.log(2 * math.pi * sigma**2) + 0.25 * z * z)
+    assert baselines.half_width("gaussian", 0.5) == pytest.approx(0.6744897501960817)
+    assert baselines.half_width("laplace", 0.9) == pytest.approx(math.log(10))
+    cauchy = baselines.fit_least_squares(train, held_out, ["x"], "y", "cauchy")
+    gamma = float(cauchy.scale[0])
+    r2 = torch.tensor([0.04, 0.36, 0.36, 0.04], dtype=torch.float64)
+    assert float(((r2 - gamma**2) / (r2 + gamma**2)).mean()) == pytest.approx(0.0, abs=1e-9)  # the ML equation
+    with pytest.raises(ValueError, match="family"):
+        baselines.fit_least_squares(train, held_out, ["x"], "y", "laplace")
+
+
+def test_gradient_boosting_quantiles_follow_the_noise():
+    pytest.importorskip("sklearn")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(1500, generator=generator, dtype=torch.float64) * 10
+    y = x + x * torch.randn(1500, generator=generator, dtype=torch.float64)  # spread grows with x
+    train, held_out = rows(x[:1000].tolist(), y[:1000].tolist()), rows(x[1000:].tolist(), y[1000:].tolist())
+    forecast = baselines.fit_gradient_boosting(train, held_out, ["x"], "y")
+    low90, low50, high50, high90 = (*forecast.intervals[0.9][:1], *forecast.intervals[0.5], forecast.intervals[0.9][1])
+    assert bool(((low90 <= low50) & (low50 <= forecast.point) & (forecast.point <= high50) & (high50 <= high90)).all())
+    assert torch.allclose(forecast.scale, ((high50 - low50) / 2).clamp_min(1e-6))
+    figures = baselines.forecast_figures(forecast, y[1000:])
+    assert figures["scale_error_spearman"] > 0.2  # wider where the errors are larger
+    assert 0.35 <= figures["coverage_50"] <= 0.65 and 0.8 <= figures["coverage_90"] <= 0.97
+
+
+def test_forecast_figures_reject_mismatched_rows():
+    forecast = baselines.fit_median(rows([0] * 3, [1, 2, 3]), rows([0], [2]), "y")
+    with pytest.raises(ValueError, match="rows"):
+        baselines.forecast_figures(forecast, torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="family"):
+        baselines.half_width("student", 0.5)
+
+
+# ---- the benchmark -----------------------------------------------------------------------------------------
+def test_tables_and_splits(bench):
+    tables = {name: make() for name, make in bench.TABLES.items()}
+    assert set(tables) == set(bench.TABLE_NAMES)
+    seattle, cars, barley = tables["seattle-weather"], tables["cars"], tables["barley"]
+    assert len(seattle.held_out_rows()) == 365 and all(r["date"] >= "2015" for r in seattle.held_out_rows())
+    assert len(cars.rows) == 392 and len(cars.held_out_rows()) == 98  # 406 cars, 14 with a missing field
+    assert len(barley.rows) == 120 and len(barley.held_out_rows()) == 36
+    assert cars.predictors == ["Origin", "Year", "Cylinders", "Displacement", "Horsepower", "Weight_in_lbs",
+                               "Acceleration"]
+    assert barley.numeric_fields == ["year", "yield"]
+    assert [r["fold"] for r in bench.cars().rows] == [r["fold"] for r in cars.rows]  # a fixed split
+
+
+def test_settings_and_overrides(bench):
+    overrides = bench.parse_overrides(["max_steps=5", "cars:learning_rate=0.01", "model_config.ovr_negatives=64",
+                                       "barley:template={variety}: {yield}"])
+    cars = bench.training_settings("cars", overrides)
+    assert cars["max_steps"] == 5 and cars["learning_rate"] == 0.01
+    assert cars["model_config"]["ovr_negatives"] == 64 and cars["model_config"]["ovr_reduction"] == "mean"
+    assert bench.training_settings("seattle-weather", overrides)["learning_rate"] == bench.TRAINING["learning_rate"]
+    assert bench.training_settings("barley", overrides)["template"] == "{variety}: {yield}"
+    with pytest.raises(ValueError, match="unknown table"):
+        bench.parse_overrides(["trees:max_steps=3"])
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        bench.parse_overrides(["max_steps"])
+
+
+def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
+    assert bench.main(["--quick", "--json", "--workdir", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["tables"]) == set(bench.TABLE_NAMES)
+    for name, table in result["tables"].items():
+        for model in bench.MODEL_NAMES:
+            figures = table[model]
+            for key in ("mdae", "log_score", "coverage_50", "coverage_90", "scale_error_spearman", "train_seconds",
+                        "calibration"):
+                assert key in figures, (name, model, key)
+            assert len(figures["calibration"]) == 10
+            if model != "causal_qwen":
+                assert math.isfinite(figures["mdae"]) and math.isfinite(figures["log_score"])
+        assert table["causal_qwen"]["steps"] == bench.QUICK_TRAINING["max_steps"]
+        assert set(table["acceptance"]) == set(bench.ACCEPTANCE)
+        assert table["rows"]["held_out"] == 32
+    assert set(result["acceptance"]) == set(bench.TABLE_NAMES)
+
+
+@pytest.mark.slow
+def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
+    """The --real-base path end to end (1 step each, 5 days, 2 samples) on random:tiny: the figures exist and
+    the digit-writer's answers are parsed or counted as unparsable."""
+    figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=lambda message: None)
+    for model in ("causal_qwen", "qwen_digits"):
+        for key in ("mdae", "coverage_50", "coverage_90", "log_score", "scale_error_spearman", "bits_per_byte",
+                    "train_seconds"):
+            assert key in figures[model], (model, key)
+        assert figures[model]["count"] == 5
+        assert 0 < figures[model]["bits_per_byte"] < 64
+    assert math.isfinite(figures["causal_qwen"]["mdae"])
+    assert 0 <= figures["qwen_digits"]["unparsable_samples"] <= 10
+    assert set(figures["acceptance"]) == set(bench.REAL_ACCEPTANCE)
+    assert figures["settings"]["qwen_digits"]["steps"] == 1
