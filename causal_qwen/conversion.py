@@ -36,7 +36,11 @@ logger = logging.getLogger(__name__)
 QWEN25_NUM_SLOT = 151665
 QWEN_MODEL_TYPES = ("qwen2",)
 # Keys of a Qwen2 config dict that describe the checkpoint, not the architecture.
-_NON_ARCHITECTURE_KEYS = ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
+# quantization_config: a GGUF base is dequantised on load, so the converted model holds plain float weights (a
+# folder saved with the key would reload as "quantized" and `Trainer` would refuse to fine-tune it).
+_NON_ARCHITECTURE_KEYS = (
+    "model_type", "architectures", "transformers_version", "auto_map", "_name_or_path", "quantization_config"
+)
 
 
 def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | None = None, dtype=None) -> Qwen2ForCausalLM:

@@ -4,7 +4,9 @@ Groups (by parameter name, so they survive DDP/FSDP/peft wrappers):
 
 | group               | parameters                                                      |
 |---------------------|-----------------------------------------------------------------|
-| ``heads``           | ``abduction.*``, ``action.*``, ``ovr_thresholds.*`` (learnable) |
+| ``heads``           | ``abduction.*``, ``action.*``, ``ovr_thresholds.*`` (learnable), |
+|                     | except the regression head                                      |
+| ``regression``      | ``action.regression_head.*`` (``W_reg``, ``b_reg``)             |
 | ``numeric_embedding`` | ``numeric_embedding.*``                                       |
 | ``backbone``        | ``model.*`` (Qwen2: embeddings, transformer, final norm)        |
 | ``lora``            | peft LoRA adapters (``*lora_*``) on the backbone                |
@@ -20,7 +22,7 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-GROUPS = ("heads", "numeric_embedding", "backbone", "lora")
+GROUPS = ("heads", "regression", "numeric_embedding", "backbone", "lora")
 HEAD_PARTS = ("abduction", "action")
 _WRAPPER_PREFIXES = (
     "module.",
@@ -54,7 +56,7 @@ def parameter_group(name: str) -> str:
     if top == "numeric_embedding":
         return "numeric_embedding"
     if top in _HEAD_MODULES:
-        return "heads"
+        return "regression" if ".regression_head." in f".{clean}." else "heads"
     raise ValueError(f"parameter {name!r} belongs to no CausalQwen part ({', '.join(GROUPS)})")
 
 

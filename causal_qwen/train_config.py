@@ -80,6 +80,8 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-4
     """Learning rate of the causal heads (abduction, action, learnable thresholds)."""
+    regression_learning_rate: float | None = None
+    """Learning rate of the regression head (``W_reg``, ``b_reg``); default: ``learning_rate``."""
     backbone_learning_rate: float = 1e-5
     numeric_embedding_learning_rate: float | None = None
     """Default: ``learning_rate``."""
@@ -146,7 +148,8 @@ class TrainConfig:
         need(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
         need(self.max_steps == -1 or self.max_steps >= 1, "max_steps", "must be >= 1 or -1")
         need(self.num_train_epochs > 0, "num_train_epochs", "must be > 0")
-        for key in ("learning_rate", "backbone_learning_rate", "numeric_embedding_learning_rate", "lora_learning_rate"):
+        for key in ("learning_rate", "regression_learning_rate", "backbone_learning_rate", "numeric_embedding_learning_rate",
+                    "lora_learning_rate"):
             value = getattr(self, key)
             need(value is None or (math.isfinite(value) and value >= 0), key, "must be >= 0")
         need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")

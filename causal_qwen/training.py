@@ -69,6 +69,7 @@ class CausalQwenTrainer(Trainer):
         config = self.train_config
         return {
             "heads": config.learning_rate,
+            "regression": _default(getattr(config, "regression_learning_rate", None), config.learning_rate),
             "numeric_embedding": _default(config.numeric_embedding_learning_rate, config.learning_rate),
             "backbone": config.backbone_learning_rate,
             "lora": _default(config.lora_learning_rate, config.learning_rate),

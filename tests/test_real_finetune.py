@@ -1,0 +1,100 @@
+"""Real weights: a few fine-tuning steps with the defaults of ``causal-qwen train`` keep general text intact.
+
+Needs the real Qwen2.5-Coder-0.5B-Instruct GGUF file (``../shared/tools/real-qwen-gguf`` fetches it); skipped with
+the reason when it is absent. The full measurement (60 steps, the cross-entropy control, MdAE) is
+``benchmarks/real_weights_finetune.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_GGUF = Path(
+    os.environ.get("CAUSAL_QWEN_REAL_GGUF", "/root/.cache/causal_qwen/real/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+)
+STEPS = 3
+SENTENCES = 4  # per step
+POSITIONS = 256  # held-out general-text positions
+
+
+def test_regression_head_has_its_own_learning_rate():
+    from causal_qwen.modeling import CausalQwenForCausalLM
+    from causal_qwen.parameter_groups import optimizer_groups, parameter_group
+
+    from .conftest import small_qwen
+
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=500, ovr_calibration="none")
+    assert parameter_group("action.regression_head.weight") == "regression"
+    assert parameter_group("base_model.model.action.modules_to_save.default.regression_head.bias") == "regression"
+    assert parameter_group("action.classification_head.weight") == "heads"
+    assert parameter_group("action.b_noise") == "heads"
+    rates = {"heads": 1e-5, "regression": 3e-3, "numeric_embedding": 1e-3, "backbone": 0.0}
+    decay = [name for name, _ in model.named_parameters() if name.endswith("weight")]
+    groups = {group["name"]: group for group in optimizer_groups(model, rates, 0.01, decay)}
+    regression_params = {id(p) for name in ("regression", "regression_no_decay") for p in groups[name]["params"]}
+    assert regression_params == {id(p) for p in model.action.regression_head.parameters()}
+    assert all(groups[name]["lr"] == 3e-3 for name in groups if name.startswith("regression"))
+    heads = {id(p) for name in ("heads", "heads_no_decay") for p in groups[name]["params"]}
+    assert id(model.action.classification_head.weight) in heads and not heads & regression_params
+
+
+def test_converted_config_drops_the_quantization_marker():
+    """A GGUF base is dequantised on load; its converted config must not claim to be quantized (Trainer would
+    refuse to fine-tune a folder saved with it)."""
+    from causal_qwen.conversion import causal_config_from
+
+    from .conftest import small_qwen_config
+
+    base = small_qwen_config()
+    base.quantization_config = {"quant_method": "gguf", "dequantize": False}
+    config = causal_config_from(base, num_token_id=500, ovr_calibration="none")
+    assert "quantization_config" not in config.to_dict()
+
+
+@pytest.mark.real_weights
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL_GGUF.is_file(), reason=f"real Qwen2.5 GGUF weights not found at {REAL_GGUF}")
+def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import real_weights_finetune as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from causal_qwen import training
+    from causal_qwen.loading import convert_base
+    from causal_qwen.train_config import load_train_config
+
+    config = load_train_config(
+        REPO / "examples" / "seattle_weather.yaml",
+        [f"max_steps={STEPS}", f"batch_size={SENTENCES}", f"output_dir={tmp_path / 'run'}", "save_steps=0",
+         "eval_steps=0", "report_to=[]", "progress_bar=false", "logging_steps=1", "monitor_positions=0"],
+    )
+    model, tokenizer = convert_base(str(REAL_GGUF), calibration_positions=1024, **config.model_config)
+
+    def general_text() -> dict:
+        with torch.no_grad():
+            return bench.causal_general_text(model, tokenizer, positions=POSITIONS)
+
+    before = general_text()
+    assert before["standard_agreement"] >= 0.9, before
+
+    # The example's model is a small preset; hand the converted real model to the same training path instead.
+    monkeypatch.setattr(training, "build_model_and_tokenizer", lambda cfg: (model, tokenizer))
+    monkeypatch.setattr(training, "save_final", lambda trainer, tok, cfg: (Path(cfg.output_dir) / "final", None))
+    result = training.run_training(config)
+    assert result.global_step == STEPS
+    after = general_text()
+
+    softmax_ratio = after["perplexity"] / before["perplexity"]
+    ovr_ratio = after["ovr_perplexity"] / before["ovr_perplexity"]
+    assert torch.isfinite(torch.tensor([softmax_ratio, ovr_ratio])).all()
+    assert softmax_ratio < 1.5, (before, after)
+    assert ovr_ratio < 1.5, (before, after)
+    assert after["standard_agreement"] >= 0.85, after
