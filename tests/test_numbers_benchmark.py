@@ -116,7 +116,9 @@ def test_settings_and_overrides(bench):
 
 def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
     assert bench.main(["--quick", "--json", "--workdir", str(tmp_path)]) == 0
-    result = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert "NaN" not in printed and "Infinity" not in printed  # strict JSON: n/a figures are null
+    result = json.loads(printed)
     assert set(result["tables"]) == set(bench.TABLE_NAMES)
     for name, table in result["tables"].items():
         for model in bench.MODEL_NAMES:
@@ -148,3 +150,4 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     assert 0 <= figures["qwen_digits"]["unparsable_samples"] <= 10
     assert set(figures["acceptance"]) == set(bench.REAL_ACCEPTANCE)
     assert figures["settings"]["qwen_digits"]["steps"] == 1
+    assert figures["causal_qwen"]["steps"] == 1 and figures["causal_qwen"]["convert_seconds"] > 0
