@@ -5,9 +5,11 @@ Shape legend: B batch, S the longest example of the batch (times pad_to_multiple
 Every example holds ``input_ids`` and ``numeric_values`` (a float per token: the value of a ``<NUM>``, 0
 elsewhere) of equal length. The collator pads them together into
 
-    input_ids (B,S) long    numeric_values (B,S) float    attention_mask (B,S) long    labels (B,S) long
+    input_ids (B,S) long    numeric_values (B,S) float64    attention_mask (B,S) long    labels (B,S) long
 
-with ``labels = input_ids`` and ``-100`` at padding (unshifted: the model shifts).
+with ``labels = input_ids`` and ``-100`` at padding (unshifted: the model shifts). Values stay float64 from
+the text to the model's input (a 9-digit id or a price with cents is not rounded on the way; the model
+casts where it computes).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def tokenize_documents(
     batch_size: int = 256,
 ) -> TokenizedDataset:
     """Tokenize with a `NumericTokenizer`, cut each document to ``max_length`` tokens (the end-of-text token
-    included when ``add_eos``) and drop documents with no token left."""
+    included when ``add_eos``) and drop documents with no token left. Values are kept as Python floats
+    (float64), exactly as the tokenizer read them from the text."""
     if not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
     eos_id = getattr(tokenizer, "eos_token_id", None) if add_eos else None
@@ -112,7 +115,7 @@ class NumericCollator:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         batch = {
             "input_ids": torch.full((len(features), width), self.pad_token_id, dtype=torch.long),  # (B,S)
-            "numeric_values": torch.zeros(len(features), width, dtype=torch.float32),  # (B,S)
+            "numeric_values": torch.zeros(len(features), width, dtype=torch.float64),  # (B,S)
             "attention_mask": torch.zeros(len(features), width, dtype=torch.long),  # (B,S)
             "labels": torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long),  # (B,S)
         }
@@ -120,7 +123,7 @@ class NumericCollator:
             span = slice(0, length) if self.padding_side == "right" else slice(width - length, width)
             ids = torch.as_tensor(feature["input_ids"], dtype=torch.long)
             batch["input_ids"][row, span] = ids
-            batch["numeric_values"][row, span] = torch.as_tensor(feature["numeric_values"], dtype=torch.float32)
+            batch["numeric_values"][row, span] = torch.as_tensor(feature["numeric_values"], dtype=torch.float64)
             mask = feature.get("attention_mask")
             batch["attention_mask"][row, span] = 1 if mask is None else torch.as_tensor(mask, dtype=torch.long)
             labels = feature.get("labels")

@@ -14,7 +14,10 @@ Sources (``DataSource.path``; ``vega:NAME`` names a file shipped with the ``vega
 
 Template fields that hold numbers (``numeric_fields``, or inferred: the fields whose values are mostly
 numbers) are checked on every row; a row with a non-numeric value there raises ``ValueError`` naming the
-file and row, or is skipped with a warning when ``skip_bad_rows`` is set.
+file and row, or is skipped with a warning when ``skip_bad_rows`` is set. A numeric cell is written into the
+text as the file spells it (``"12.80"`` stays ``"12.80"``), so the tokenizer reads the same float64 value and
+keeps the same string; a cell the number grammar reads as text (``"007"``, ``"2024-03-15"``, a 16-digit id)
+or as several numbers is logged once per field (docs/number_grammar.md).
 """
 
 from __future__ import annotations
@@ -167,6 +170,7 @@ class TemplateRenderer:
             for _, name, spec, _ in string.Formatter().parse(template)
             if name is not None and spec
         }
+        self._warned: set[str] = set()
 
     def render(self, row: dict[str, Any], where: str) -> str:
         values = {}
@@ -180,11 +184,24 @@ class TemplateRenderer:
                     raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number")
                 # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
                 value = number if field in self._formatted_fields else str(value).strip()
+                if field not in self._warned and not isinstance(value, float) and not _reads_as_number(value, number):
+                    self._warned.add(field)
+                    logger.warning("%s: numeric field '%s' holds %r, which the tokenizer does not read as the one "
+                                   "number %r (it stays text or splits); later rows are not reported", where, field,
+                                   value, number)
             values[field] = value
         try:
             return self.template.format_map(values)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
             raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
+
+
+def _reads_as_number(spelled: str, number: float) -> bool:
+    """Whether the number grammar reads ``spelled`` whole as one number of value ``number`` (float64)."""
+    from .numbers import find_numbers
+
+    spans = find_numbers(spelled)
+    return len(spans) == 1 and spans[0].text == spelled and spans[0].value == number
 
 
 # ---- readers ---------------------------------------------------------------------------------------------

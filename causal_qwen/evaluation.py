@@ -478,7 +478,7 @@ def _batch_tensors(model, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Ten
         raise ValueError(f"input_ids must be (B, S) with S >= 2, got {tuple(input_ids.shape)}")
     numeric_values = batch.get("numeric_values")
     numeric_values = torch.zeros(input_ids.shape) if numeric_values is None else numeric_values
-    numeric_values = numeric_values.to(device=device, dtype=torch.float32)
+    numeric_values = numeric_values.to(device=device, dtype=torch.float64)  # the values as written; the model casts
     attention_mask = batch.get("attention_mask")
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
     labels = batch.get("labels")
@@ -621,15 +621,15 @@ def evaluate_data(
 TOKEN_PROBABILITIES = ("softmax", "ovr")
 
 
-def number_half_unit(spelled: str) -> float:
+def number_half_unit(spelled: str, decimal_comma: bool = False) -> float:
     """Half a unit of the last digit written in ``spelled`` (a number as `causal_qwen.numbers.find_numbers`
     reads it): ``"12.8"`` → 0.05, ``"-3"`` → 0.5, ``"1,200"`` → 0.5, ``"2.5e3"`` → 50."""
-    text = spelled.strip().lstrip("-\u2212").replace(",", "")
-    mantissa, _, exponent = text.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    if not mantissa or not all(ch.isdigit() or ch == "." for ch in mantissa):
+    from .numbers import find_numbers
+
+    spans = find_numbers(spelled.strip(), decimal_comma=decimal_comma)
+    if len(spans) != 1 or spans[0].text != spelled.strip():
         raise ValueError(f"not a number as the tokenizer reads one: {spelled!r}")
-    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+    return 0.5 * spans[0].unit
 
 
 def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
@@ -713,7 +713,7 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
                 is_number = token_ids == num_id  # (N,)
                 half_units = []
                 for text in batch:
-                    half_units += [number_half_unit(span.text) for span in find_numbers(tokenizer.normalize(text))]
+                    half_units += [0.5 * span.unit for span in tokenizer.find_numbers(text)]
                 if len(half_units) != int(is_number.sum()):
                     raise RuntimeError("the <NUM> tokens do not match the numbers found in the texts")
                 v = values[:, 1:][rows, cols][is_number].double()  # (M,)

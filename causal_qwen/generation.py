@@ -44,7 +44,7 @@ from transformers.generation.logits_process import (
 )
 
 from . import cauchy
-from .numbers import find_numbers
+from .numbers import find_numbers, format_prediction
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,10 @@ __all__ = [
 class NumberPrediction:
     """One generated ``<NUM>``: its value and (outside causal mode) its Cauchy ``Y ~ Cauchy(median, scale)``.
 
-    token_index: position in the generated ``token_ids``; value: the number written and fed back.
+    token_index: position in the generated ``token_ids``; value: the number fed back.
     median, scale: ``loc_Y``, ``scale_Y``; interval_50, interval_90: central intervals
-    ``median ± scale·tan(π·q/2)``.
+    ``median ± scale·tan(π·q/2)``. text: the number as written in the text, to the precision its scale
+    carries (`causal_qwen.numbers.format_prediction`).
     """
 
     token_index: int
@@ -91,9 +92,10 @@ class NumberPrediction:
     scale: float | None = None
     interval_50: tuple[float, float] | None = None
     interval_90: tuple[float, float] | None = None
+    text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"token_index": self.token_index, "value": self.value}
+        out: dict[str, Any] = {"token_index": self.token_index, "value": self.value, "text": self.text}
         if self.median is not None:
             out.update(
                 median=self.median,
@@ -786,22 +788,24 @@ class _RowText:
     ``emitted`` is what has been streamed; trailing U+FFFD (an incomplete UTF-8 byte sequence) is held back.
     """
 
-    def __init__(self, decode: Callable[[list[int], list[float]], str], stop_strings: tuple[str, ...]) -> None:
+    def __init__(self, decode: Callable[[list[int], list[float], list[str]], str], stop_strings: tuple[str, ...]) -> None:
         self.decode = decode
         self.stop_strings = stop_strings
         self.ids: list[int] = []
         self.values: list[float] = []
+        self.strings: list[str] = []  # each number as written (format_prediction), "" at other tokens
         self.emitted = ""
         self.checked = 0  # length of the text already searched for stop strings
         self.stopped_text: str | None = None
 
-    def push(self, token: int, value: float, track: bool) -> str:
+    def push(self, token: int, value: float, track: bool, string: str = "") -> str:
         """Append one token; when tracking, return the newly visible text."""
         self.ids.append(token)
         self.values.append(value)
+        self.strings.append(string)
         if not track:
             return ""
-        full = self.decode(self.ids, self.values)
+        full = self.decode(self.ids, self.values, self.strings)
         if self.stop_strings:
             self._find_stop(full)
         visible = self.stopped_text if self.stopped_text is not None else full.rstrip("\ufffd")
@@ -837,7 +841,7 @@ class _RowText:
         return self.stopped_text is not None
 
     def final_text(self) -> str:
-        return self.stopped_text if self.stopped_text is not None else self.decode(self.ids, self.values)
+        return self.stopped_text if self.stopped_text is not None else self.decode(self.ids, self.values, self.strings)
 
     def finish(self) -> str:
         """The last piece: what the final text adds to what was streamed."""
@@ -888,9 +892,10 @@ def encode_prompts(tokenizer, prompts: Sequence[str], device: torch.device | str
     return batch
 
 
-def _decoder_for(tokenizer) -> Callable[[list[int], list[float]], str]:
-    def decode(ids: list[int], values: list[float]) -> str:
-        return tokenizer.decode(ids, numeric_values=values, skip_special_tokens=False)
+def _decoder_for(tokenizer) -> Callable[[list[int], list[float], list[str]], str]:
+    def decode(ids: list[int], values: list[float], strings: list[str]) -> str:
+        return tokenizer.decode(ids, numeric_values=values, numeric_strings=strings, skip_special_tokens=False,
+                                separate_numbers=True)
 
     return decode
 
@@ -953,7 +958,8 @@ class GenerationStream:
                 if not was_active[index]:
                     continue
                 if tokens[index] not in eos:
-                    piece = row.push(tokens[index], values[index], self.track_text)
+                    string = self._number_text(tokens[index], values[index], step[3][index])
+                    piece = row.push(tokens[index], values[index], self.track_text, string)
                     if piece:
                         yield TextPiece(index, piece)
                 if row.stopped:
@@ -967,6 +973,13 @@ class GenerationStream:
                 yield TextPiece(index, row.finish() if self.track_text else "", finished=True)
         self._results = self._build_results(rows, collected)
 
+    def _number_text(self, token: int, value: float, scale: Tensor) -> str:
+        """A generated number written to the precision of its scale (NaN in causal mode: all digits)."""
+        if token != self._decoder.num_id:
+            return ""
+        min_decimals = getattr(self.tokenizer, "number_min_decimals", None)
+        return format_prediction(value, float(scale), min_decimals=min_decimals)
+
     def _build_results(self, rows: list[_RowText], collected) -> list[GenerationResult]:
         decoder = self._decoder
         tokens = torch.stack([c[0] for c in collected], dim=1)  # (B,T)
@@ -979,7 +992,8 @@ class GenerationStream:
             length = int(decoder.lengths[index])
             ids = tokens[index, :length].tolist()
             numbers = [
-                _number_prediction(t, float(values[index, t]), float(loc_Y[index, t]), float(scale_Y[index, t]))
+                _number_prediction(t, float(values[index, t]), float(loc_Y[index, t]), float(scale_Y[index, t]),
+                                   row.strings[t] if t < len(row.strings) else None)
                 for t in range(length)
                 if ids[t] == num_id
             ]
@@ -997,9 +1011,11 @@ class GenerationStream:
         return results
 
 
-def _number_prediction(token_index: int, value: float, median: float, scale: float) -> NumberPrediction:
+def _number_prediction(
+    token_index: int, value: float, median: float, scale: float, text: str | None = None
+) -> NumberPrediction:
     if math.isnan(scale):
-        return NumberPrediction(token_index=token_index, value=value)
+        return NumberPrediction(token_index=token_index, value=value, text=text)
     loc, width = torch.tensor(median, dtype=torch.float64), torch.tensor(scale, dtype=torch.float64)
     intervals = {}
     for coverage in INTERVAL_COVERAGES:
@@ -1012,6 +1028,7 @@ def _number_prediction(token_index: int, value: float, median: float, scale: flo
         scale=scale,
         interval_50=intervals[0.5],
         interval_90=intervals[0.9],
+        text=text,
     )
 
 

