@@ -467,6 +467,12 @@ def run_ce_control(base: str, steps: int, seed: int) -> dict:
         # A GGUF base is dequantised on load (float weights) but keeps its quantizer marker, which Trainer refuses.
         if getattr(model, "hf_quantizer", None) is not None:
             model.hf_quantizer.remove_quantization_config(model)
+        # Qwen2.5-0.5B ties lm_head to the embedding; GGUF loading gives an equal, separate copy. Tie them again,
+        # as in the Hugging Face checkpoint a user would fine-tune (and 136M fewer trainable parameters to hold).
+        if model.lm_head.weight.shape == model.model.embed_tokens.weight.shape and torch.equal(
+                model.lm_head.weight, model.model.embed_tokens.weight):
+            model.lm_head.weight = model.model.embed_tokens.weight
+            model.config.tie_word_embeddings = True
         model.config.use_cache = False
         before = plain_perplexity(model, tokenizer)
         eos = [tokenizer.eos_token_id] if config.add_eos and tokenizer.eos_token_id is not None else []

@@ -78,19 +78,20 @@ class TrainConfig:
     """Examples per process and micro-step."""
     eval_batch_size: int | None = None
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-4
-    """Learning rate of the causal heads (abduction, action, learnable thresholds)."""
-    regression_learning_rate: float | None = None
-    """Learning rate of the regression head (``W_reg``, ``b_reg``); default: ``learning_rate``."""
+    learning_rate: float = 1e-5
+    """Learning rate of the causal heads (abduction, action's classification head and ``b_noise``, learnable
+    thresholds). Small: on real weights larger rates move the calibrated OvR decision (benchmarks/real_weights_finetune.py)."""
+    regression_learning_rate: float | None = 1e-3
+    """Learning rate of the regression head (``W_reg``, ``b_reg``); None: ``learning_rate``."""
     backbone_learning_rate: float = 1e-5
-    numeric_embedding_learning_rate: float | None = None
-    """Default: ``learning_rate``."""
+    numeric_embedding_learning_rate: float | None = 1e-3
+    """None: ``learning_rate``."""
     lora_learning_rate: float | None = None
     """Default: ``learning_rate``."""
     weight_decay: float = 0.0
     optim: str = "adamw_torch_fused"
     lr_scheduler_type: str = "cosine"
-    warmup_steps: float = 0
+    warmup_steps: float = 0.1
     """Warm-up steps (int), or a fraction of the run (float in [0, 1))."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping."""
