@@ -617,6 +617,11 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
 
     progress("[7/7] generate (standard, traditional, causal with a replayed individual)")
     begin = time.perf_counter()
+    # Generated numbers are printed to the precision of their scale, never with fewer decimals than the training
+    # days wrote the target with (numbers.format_prediction).
+    from .numbers import decimals_written
+
+    tokenizer.number_min_decimals = decimals_written([str(row[settings.target]) for row in train_rows])
     report["generation"] = generate_examples(model, tokenizer, held_out_rows, settings, progress)
     stage("generate", begin)
 

@@ -788,7 +788,9 @@ class _RowText:
     ``emitted`` is what has been streamed; trailing U+FFFD (an incomplete UTF-8 byte sequence) is held back.
     """
 
-    def __init__(self, decode: Callable[[list[int], list[float], list[str]], str], stop_strings: tuple[str, ...]) -> None:
+    def __init__(
+        self, decode: Callable[[list[int], list[float], list[str]], str], stop_strings: tuple[str, ...]
+    ) -> None:
         self.decode = decode
         self.stop_strings = stop_strings
         self.ids: list[int] = []

@@ -15,6 +15,7 @@ Candidates are ranked by the OvR decision (``(loc_S − t)/scale_S``, `cauchy.de
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from . import cauchy
+from .numbers import format_prediction
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ class TokenCandidate:
 
 @dataclass
 class NumberForecast:
-    """The ``<NUM>`` decision and, should a number come next, its Cauchy median and central intervals."""
+    """The ``<NUM>`` decision and, should a number come next, its Cauchy median and central intervals; ``text``:
+    the median as generation would write it, to the precision its scale carries (`numbers.format_prediction`)."""
 
     token_id: int
     ovr_probability: float
@@ -55,6 +58,7 @@ class NumberForecast:
     scale: float
     interval_50: tuple[float, float]
     interval_90: tuple[float, float]
+    text: str = ""
 
 
 @dataclass
@@ -83,8 +87,10 @@ def next_step_view(
     top_k: int = 10,
     token_text: Callable[[int], str] | None = None,
     text: str = "",
+    min_decimals: int | None = None,
 ) -> NextStepView:
-    """The view after ``input_ids`` (P,) or (1,P) (one sequence, no padding); ``token_text(id)`` names ids."""
+    """The view after ``input_ids`` (P,) or (1,P) (one sequence, no padding); ``token_text(id)`` names ids;
+    ``min_decimals``: the fewest decimals the number's ``text`` is written with."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
     if not isinstance(input_ids, Tensor):
@@ -135,6 +141,7 @@ def next_step_view(
         scale=scale_Y,
         interval_50=intervals[0.5],
         interval_90=intervals[0.9],
+        text=format_prediction(loc_Y, scale_Y, min_decimals=min_decimals) if math.isfinite(loc_Y) else str(loc_Y),
     )
     return NextStepView(
         text=text,
@@ -163,4 +170,6 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
             return "<NUM>"
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    return next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text)
+    min_decimals = getattr(tokenizer, "number_min_decimals", None)
+    return next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
+                          min_decimals=min_decimals)

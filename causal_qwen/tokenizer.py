@@ -374,7 +374,9 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             raise ValueError("NumericTokenizer encodes single texts; text_pair is not supported")
         batch = _as_batch(text)
         mode = _padding_mode(padding)
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
+        ):
             raise ValueError(f"max_length must be a positive int, got {max_length!r}")
         if max_length is None and (truncation or mode == "max_length"):
             raise ValueError(f"max_length is required with truncation={truncation!r} and padding={padding!r}")
@@ -724,7 +726,8 @@ def _as_tensors(columns: dict[str, Any]) -> BatchEncoding:
             out[key] = torch.tensor(value, dtype=torch.float64)  # (B,S)
         else:
             out[key] = torch.tensor(value, dtype=torch.long)  # (B,S)
-    if isinstance(out.get("input_ids"), torch.Tensor) and out["input_ids"].dim() == 2 and out["input_ids"].shape[1] == 0:
+    ids = out.get("input_ids")
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.shape[1] == 0:
         for key, value in out.items():
             if isinstance(value, torch.Tensor):
                 out[key] = value.reshape(len(columns["input_ids"]), 0)

@@ -75,7 +75,7 @@ def _individual_argument(path: str | None, num_prompts: int):
 def _format_numbers(result: GenerationResult) -> list[str]:
     lines = []
     for number in result.numbers:
-        line = f"  number at token {number.token_index}: {number.value:.6g}"
+        line = f"  number at token {number.token_index}: {number.text or format(number.value, '.6g')}"
         if number.median is not None:
             low50, high50 = number.interval_50
             low90, high90 = number.interval_90
