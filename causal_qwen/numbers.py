@@ -104,8 +104,12 @@ _SPACES = " \u00a0\u2009\u202f"
 _ALWAYS_POINTS = "\u066b\uff0e"  # Arabic decimal separator, full-width full stop
 _ALWAYS_GROUPS = "'\u2019\u066c" + _SPACES  # apostrophes, Arabic thousands separator, spaces
 _JOINERS = ".,:/-\u2212" + _ALWAYS_POINTS + _ALWAYS_GROUPS
-_GROUP_RE = re.compile(r"\d+(?:[eE][-+]?\d+)?")
+_GROUP_RE = re.compile(r"(\d+)([eE][-+]?\d+)?")
 _ASCII_PLAIN_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# Fast path for CSV-like runs (default mode): plain decimals without leading zeros joined by single commas, with
+# no pair that could be a thousands grouping ("1,234").
+_SIMPLE_LIST_RE = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?(?:,(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?)+")
+_GROUPING_HINT_RE = re.compile(r"(?:^|,)[1-9][0-9]{0,2},[0-9]{3}(?![0-9])")
 
 
 def _chunk_regex(lead_points: str) -> re.Pattern[str]:
@@ -192,6 +196,9 @@ def find_numbers(text: str, decimal_comma: bool = False) -> list[NumberSpan]:
             if span is not None:
                 spans.append(span)
             continue
+        if not decimal_comma and _SIMPLE_LIST_RE.fullmatch(group) and not _GROUPING_HINT_RE.search(group):
+            spans.extend(_read_simple_list(text, start, end, group))  # fast path: "12.8,5.0,4.7"
+            continue
         spans.extend(_read_chunk(text, start, end, mode))
     return spans
 
@@ -213,6 +220,30 @@ def _read_plain(text: str, start: int, end: int, group: str) -> NumberSpan | Non
         start -= 1
         value = -value
     return NumberSpan(start, end, value, text[start:end], 10.0 ** -len(fraction) if fraction else 1.0)
+
+
+def _read_simple_list(text: str, start: int, end: int, group: str) -> list[NumberSpan]:
+    """A chunk of plain ASCII decimals joined by commas (`_SIMPLE_LIST_RE`, no grouping): a list."""
+    sign = _left_context(text, start)
+    if sign is None:
+        return []
+    spans = []
+    position = start
+    parts = group.split(",")
+    for index, part in enumerate(parts):
+        begin, finish = position, position + len(part)
+        position = finish + 1
+        value = float(part)
+        if not _fits_float32(value):
+            continue
+        if index == 0 and sign:
+            begin -= 1
+            value = -value
+        if index == len(parts) - 1 and _glued_right(text, end):
+            continue
+        fraction = part.partition(".")[2]
+        spans.append(NumberSpan(begin, finish, value, text[begin:finish], 10.0 ** -len(fraction) if fraction else 1.0))
+    return spans
 
 
 def _left_context(text: str, start: int) -> bool | None:
@@ -276,7 +307,7 @@ def _read_chunk(text: str, start: int, end: int, mode: _Mode) -> list[NumberSpan
     sign = _left_context(text, start)
     if sign is None:
         return []
-    groups = [(m.start(), m.end(), m.group()) for m in _GROUP_RE.finditer(text, digits_start, end)]
+    groups = [(m.start(), m.end(), m.group(1), m.group(2) or "") for m in _GROUP_RE.finditer(text, digits_start, end)]
     joiners = [text[groups[k][1]] for k in range(len(groups) - 1)]
     numbers = _split_numbers(groups, joiners, lead, mode)
     _mark_text_forms(numbers)
@@ -296,28 +327,30 @@ def _read_chunk(text: str, start: int, end: int, mode: _Mode) -> list[NumberSpan
     return spans
 
 
-def _split_numbers(groups: list[tuple[int, int, str]], joiners: list[str], lead: bool, mode: _Mode) -> list[_Number]:
-    """Groups → numbers: thousands grouping, fraction, dotted chains (module docstring)."""
+def _split_numbers(
+    groups: list[tuple[int, int, str, str]], joiners: list[str], lead: bool, mode: _Mode
+) -> list[_Number]:
+    """Groups ``(start, end, digits, exponent)`` → numbers: thousands grouping, fraction, dotted chains (module
+    docstring)."""
     count = len(groups)
     numbers: list[_Number] = []
     index = 0
     while index < count:
         number = _Number(index)
-        body = groups[index][2]
         is_lead = lead and index == 0
-        grouped_end = None if is_lead else _grouped_end(groups, joiners, index, mode)
+        grouped_end = None if is_lead or count == 1 else _grouped_end(groups, joiners, index, mode)
         if is_lead:
-            number.fraction, number.exponent = _split_exponent(body)
+            number.fraction, number.exponent = groups[index][2], groups[index][3]
         elif grouped_end is not None:
             number.grouped = True
             number.integer = "".join(groups[k][2] for k in range(index, grouped_end + 1))
-            number.integer, number.exponent = _split_exponent(number.integer)
+            number.exponent = groups[grouped_end][3]
             number.last = grouped_end
         else:
-            number.integer, number.exponent = _split_exponent(body)
+            number.integer, number.exponent = groups[index][2], groups[index][3]
         last = number.last
         if not number.exponent and not is_lead and last < count - 1 and joiners[last] in mode.points:
-            number.fraction, number.exponent = _split_exponent(groups[last + 1][2])
+            number.fraction, number.exponent = groups[last + 1][2], groups[last + 1][3]
             last = number.last = last + 1
         if last < count - 1:
             number.after = joiners[last]
@@ -334,23 +367,23 @@ def _split_numbers(groups: list[tuple[int, int, str]], joiners: list[str], lead:
     return numbers
 
 
-def _grouped_end(groups: list[tuple[int, int, str]], joiners: list[str], index: int, mode: _Mode) -> int | None:
+def _grouped_end(
+    groups: list[tuple[int, int, str, str]], joiners: list[str], index: int, mode: _Mode
+) -> int | None:
     """Index of the last group of a thousands-grouped integer starting at group ``index``, or None."""
     first = groups[index][2]
     count = len(groups)
-    if index == count - 1 or len(first) > 3 or not first.isdigit() or _digit_value(first[0]) == 0:
+    if index == count - 1 or len(first) > 3 or groups[index][3] or _digit_value(first[0]) == 0:
         return None  # "0,123" is not a grouping
     separator = joiners[index]
     if separator not in mode.groups:
         return None
     last = index
     while last < count - 1 and joiners[last] == separator:
-        body = groups[last + 1][2]
-        digits = body[:3]
-        if not (len(body) == 3 or (len(body) > 3 and body[3] in "eE")) or not digits.isdigit():
+        if len(groups[last + 1][2]) != 3:
             break
         last += 1
-        if len(body) > 3:  # an exponent ends the number
+        if groups[last][3]:  # an exponent ends the number
             return last
     if last == index:
         return None
@@ -359,15 +392,6 @@ def _grouped_end(groups: list[tuple[int, int, str]], joiners: list[str], index: 
     if separator == " " and last - index < 2 and _digit_value(groups[index + 1][2][0]) != 0:
         return None  # a plain space groups only where unambiguous
     return last
-
-
-def _split_exponent(body: str) -> tuple[str, str]:
-    """``"12e-3"`` → ``("12", "e-3")``."""
-    for marker in ("e", "E"):
-        at = body.find(marker)
-        if at >= 0:
-            return body[:at], body[at:]
-    return body, ""
 
 
 def _mark_text_forms(numbers: list[_Number]) -> None:

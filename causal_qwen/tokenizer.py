@@ -410,47 +410,92 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         return _as_tensors(columns)
 
     def _encode_rows(self, texts: list[str], add_special_tokens: bool) -> list[_Row]:
-        """Every text, unpadded and untruncated; all text pieces of the batch go to the backend at once."""
+        """Every text, unpadded and untruncated.
+
+        Each text goes to the backend as one pre-split sequence ``[piece_0, "<NUM>", piece_1, …]``: every piece
+        is normalized and pre-tokenized on its own (exactly as if encoded alone) and each ``"<NUM>"`` word
+        becomes the ``<NUM>`` id. Texts with a literal ``"<NUM>"`` take the piece-by-piece path instead.
+        """
         found = []
-        pieces: list[str] = []
+        words: list[list[str]] = []
+        normalized_texts = []
         for text in texts:
             normalized = self.normalize(text)
             numbers = find_numbers(normalized, decimal_comma=self.decimal_comma)
             found.append(numbers)
-            pieces += _split_around(normalized, numbers)
-        encoded = iter(self._encode_text_pieces(pieces))
-        num_id = self.num_token_id
-        rows = []
-        for numbers in found:
-            ids: list[int] = list(self._special_prefix) if add_special_tokens else []
-            values: list[float] = [0.0] * len(ids)
-            strings: list[str] = [""] * len(ids)
+            normalized_texts.append(normalized)
+            row_words = []
+            start = 0
             for number in numbers:
-                piece_ids = next(encoded)
-                ids += piece_ids
-                ids.append(num_id)
-                values += [0.0] * len(piece_ids)
-                values.append(number.value)
-                strings += [""] * len(piece_ids)
-                strings.append(number.text)
-            last = next(encoded)
-            ids += last
-            values += [0.0] * len(last)
-            strings += [""] * len(last)
-            if add_special_tokens:
-                ids += self._special_suffix
-                values += [0.0] * len(self._special_suffix)
-                strings += [""] * len(self._special_suffix)
-            rows.append(_Row(ids, values, strings, [1] * len(ids)))
+                if number.start > start:
+                    row_words.append(normalized[start : number.start])
+                row_words.append(NUM_TOKEN)
+                start = number.end
+            if start < len(normalized):
+                row_words.append(normalized[start:])
+            words.append(row_words)
+        if any(NUM_TOKEN in normalized for normalized in normalized_texts):
+            return self._encode_rows_piecewise(normalized_texts, found, add_special_tokens)
+        backend = self._prepared_backend()
+        nonempty = [row for row in words if row]
+        encodings = iter(backend.encode_batch_fast(nonempty, is_pretokenized=True, add_special_tokens=False)
+                         if nonempty else [])
+        num_id = self.num_token_id
+        prefix = list(self._special_prefix) if add_special_tokens else []
+        suffix = list(self._special_suffix) if add_special_tokens else []
+        rows = []
+        for numbers, row_words in zip(found, words):
+            ids = prefix + (next(encodings).ids if row_words else []) + suffix
+            rows.append(self._row(ids, numbers, num_id))
         return rows
 
-    def _encode_text_pieces(self, pieces: list[str]) -> list[list[int]]:
-        """Plain-text ids of each piece; a literal ``"<NUM>"`` is spelled out, never the ``<NUM>`` id."""
+    def _encode_rows_piecewise(
+        self, texts: list[str], found: list[list[NumberSpan]], add_special_tokens: bool
+    ) -> list[_Row]:
+        """`_encode_rows` for texts that hold a literal ``"<NUM>"``: the text between numbers piece by piece."""
+        pieces = [piece for text, numbers in zip(texts, found) for piece in _split_around(text, numbers)]
+        encoded = iter(self._encode_text_pieces(pieces))
+        num_id = self.num_token_id
+        prefix = list(self._special_prefix) if add_special_tokens else []
+        suffix = list(self._special_suffix) if add_special_tokens else []
+        rows = []
+        for numbers in found:
+            ids: list[int] = list(prefix)
+            for _ in numbers:
+                ids += next(encoded)
+                ids.append(num_id)
+            ids += next(encoded)
+            rows.append(self._row(ids + suffix, numbers, num_id))
+        return rows
+
+    @staticmethod
+    def _row(ids: list[int], numbers: list[NumberSpan], num_id: int) -> _Row:
+        """A row from its ids: the values and strings of ``numbers`` at the ``<NUM>`` positions, in order."""
+        values = [0.0] * len(ids)
+        strings = [""] * len(ids)
+        if numbers:
+            positions = [index for index, token in enumerate(ids) if token == num_id]
+            if len(positions) != len(numbers):
+                raise RuntimeError(f"{len(numbers)} numbers but {len(positions)} {NUM_TOKEN} ids")
+            for position, number in zip(positions, numbers):
+                values[position] = number.value
+                strings[position] = number.text
+        return _Row(ids, values, strings, [1] * len(ids))
+
+    def _prepared_backend(self) -> Tokenizer:
+        """The backend without padding or truncation left over from an earlier call of the base machinery."""
         backend = self._tokenizer
-        if backend.padding is not None:  # left over from an earlier padded call of the base machinery
+        if backend.padding is not None:
             backend.no_padding()
         if backend.truncation is not None:
             backend.no_truncation()
+        if backend.encode_special_tokens:
+            backend.encode_special_tokens = False
+        return backend
+
+    def _encode_text_pieces(self, pieces: list[str]) -> list[list[int]]:
+        """Plain-text ids of each piece; a literal ``"<NUM>"`` is spelled out, never the ``<NUM>`` id."""
+        backend = self._prepared_backend()
         if not any(NUM_TOKEN in piece for piece in pieces):
             nonempty = [piece for piece in pieces if piece]
             encodings = iter(backend.encode_batch_fast(nonempty, add_special_tokens=False) if nonempty else [])

@@ -476,3 +476,18 @@ def test_model_inputs_accept_the_encoding(numeric):
         assert torch.isfinite(model(**encoding).loc_Y).all()
     generated = model.generate(**encoding, mode="standard", max_new_tokens=2, pad_token_id=numeric.pad_token_id)
     assert generated.shape == (2, encoding["input_ids"].shape[1] + 2)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=NUMBER_TEXTS | st.text(alphabet=st.sampled_from(list("0123456789,.-e x_ab(")), max_size=30))
+def test_fast_paths_agree_with_the_general_reader(monkeypatch, text):
+    """`find_numbers` reads plain decimals and comma lists on fast paths; they give what the general reader gives."""
+    from causal_qwen import numbers
+
+    fast = find_numbers(text)
+    with monkeypatch.context() as patch:
+        never = __import__("re").compile(r"(?!)")
+        patch.setattr(numbers, "_ASCII_PLAIN_RE", never)
+        patch.setattr(numbers, "_SIMPLE_LIST_RE", never)
+        general = find_numbers(text)
+    assert fast == general
