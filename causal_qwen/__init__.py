@@ -1,16 +1,55 @@
 """CausalQwen: Qwen2/Qwen2.5 as a causal language model that reads numbers as values, infers a Cauchy
 individual representation per position (abduction) and decides tokens One-vs-Rest and numbers by Cauchy
-regression (action)."""
+regression (action).
 
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+The package imports lazily, so that ``causal-qwen --help`` starts without torch and transformers:
+``from causal_qwen import CausalQwenForCausalLM`` (or importing any of `causal_qwen.configuration`,
+`causal_qwen.modeling`, `causal_qwen.tokenizer`) loads them and registers the classes with ``AutoConfig``,
+``AutoModelForCausalLM`` and ``AutoTokenizer``. A bare ``import causal_qwen`` registers them at once when
+transformers is already imported; otherwise call `register_auto_classes` before using the Auto classes
+without ``trust_remote_code``.
+"""
 
-from .configuration import CausalQwenConfig
-from .modeling import CausalQwenForCausalLM, CausalQwenOutput
-from .tokenizer import NumericTokenizer
+from __future__ import annotations
 
-AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)
-AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)
-AutoTokenizer.register(CausalQwenConfig, tokenizer_class=NumericTokenizer, exist_ok=True)
+import importlib
+import sys
+from typing import Any
 
-__all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput", "NumericTokenizer"]
 __version__ = "0.1.0"
+
+# Public name -> the submodule defining it (imported on first access).
+_EXPORTS = {
+    "CausalQwenConfig": "configuration",
+    "CausalQwenForCausalLM": "modeling",
+    "CausalQwenOutput": "modeling",
+    "NumericTokenizer": "tokenizer",
+}
+
+__all__ = [*_EXPORTS, "register_auto_classes", "__version__"]
+
+
+def register_auto_classes() -> None:
+    """Register CausalQwen with ``AutoConfig``, ``AutoModelForCausalLM`` and ``AutoTokenizer`` (each module
+    registers its class when imported; this imports the three)."""
+    for module in sorted(set(_EXPORTS.values())):
+        importlib.import_module(f"{__name__}.{module}")
+
+
+def __getattr__(name: str) -> Any:
+    """Load the public classes on first access (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    register_auto_classes()
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if "transformers" in sys.modules:  # the caller uses transformers already: register as an eager import would
+    register_auto_classes()

@@ -1,7 +1,9 @@
 """The ``causal-qwen`` command line: one sub-command per module in `causal_qwen.commands`.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` to a
-function taking the parsed arguments and returning the exit status. Only this layer prints.
+function taking the parsed arguments and returning the exit status. Only this layer prints. Command modules
+import torch, transformers and the heavy parts of the package inside their ``run`` functions, so that
+``causal-qwen --help`` and ``--version`` answer in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import importlib
 import logging
 import sys
+
+from . import __version__
 
 COMMAND_MODULES = (
     "convert",
@@ -28,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         "verify, fine-tune, generate, evaluate and plot.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMAND_MODULES:

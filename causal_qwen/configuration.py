@@ -119,3 +119,7 @@ class CausalQwenConfig(Qwen2Config):
 # Saved configs name this class in ``auto_map`` and carry this module's source, so that AutoConfig loads them
 # with ``trust_remote_code=True`` in a Python that never imported ``causal_qwen``.
 CausalQwenConfig.register_for_auto_class()
+if __name__ == "causal_qwen.configuration":  # the package itself, not the copy saved beside a model
+    from transformers import AutoConfig
+
+    AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)

@@ -521,3 +521,7 @@ def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:
 
 # Saved folders name these classes in ``auto_map`` and carry this module's source (see the module docstring).
 CausalQwenForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+if __name__ == "causal_qwen.modeling":  # the package itself, not the copy saved beside a model
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

@@ -731,6 +731,11 @@ class NumericTokenizer(PreTrainedTokenizerFast):
 # Saved folders name this class in ``auto_map`` and carry this module's source (with numbers.py and
 # qwen_vocab.py), so that AutoTokenizer loads them with trust_remote_code=True without causal_qwen installed.
 NumericTokenizer.register_for_auto_class("AutoTokenizer")
+if __name__ == "causal_qwen.tokenizer":  # the package itself, not the copy saved beside a model
+    import importlib
+
+    AutoTokenizer.register(importlib.import_module("causal_qwen.configuration").CausalQwenConfig,
+                           tokenizer_class=NumericTokenizer, exist_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------

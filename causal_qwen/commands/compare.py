@@ -6,10 +6,6 @@ import argparse
 import json
 import sys
 
-from ..compare import compare_models, format_report
-from ..conversion import load_qwen_base
-from ..loading import convert_base
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -34,6 +30,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..compare import compare_models, format_report
+    from ..conversion import load_qwen_base
+    from ..loading import convert_base
+
     qwen = load_qwen_base(args.base, gguf_file=args.gguf_file)
     causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file))
     kwargs = {"prompts": tuple(args.prompt)} if args.prompt else {}

@@ -8,8 +8,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..loading import convert_base
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -27,6 +25,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loading import convert_base
+
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"output folder {str(out)!r} is not empty")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..demo import DemoSettings, run_demo
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -25,6 +23,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
+
+    from ..demo import DemoSettings, run_demo
 
     hf_logging.disable_progress_bar()  # the demo prints its own progress
     console = sys.stdout

@@ -8,8 +8,8 @@ import math
 import os
 from pathlib import Path
 
-from ..evaluation import METRIC_SETS, EvalData, evaluate_data
-from ..loading import load_model_and_tokenizer
+# The metric sets of `causal_qwen.evaluation.METRIC_SETS` (spelled here so that --help imports no torch).
+METRIC_SETS = ("auto", "all", "language", "numbers")
 
 
 def register(subparsers) -> None:
@@ -59,7 +59,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=512, help="tokens per document (default 512)")
 
 
-def data_spec(args: argparse.Namespace) -> EvalData:
+def data_spec(args: argparse.Namespace):
+    from ..evaluation import EvalData
+
     return EvalData(
         path=args.data, template=args.template, text_field=args.text_field, text_unit=args.text_unit,
         split_by=args.split_by, split_at=args.split_at, max_length=args.max_length,
@@ -79,6 +81,9 @@ def check_writable_file(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluation import evaluate_data
+    from ..loading import load_model_and_tokenizer
+
     check_writable_file(args.json)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..generation import MODES, GenerationResult, TextPiece, generate
-from ..loading import load_model_and_tokenizer
 from .eval import add_model_arguments
+
+# The modes of `causal_qwen.generation.MODES` (spelled here so that --help imports no torch).
+MODES = ("standard", "causal", "traditional")
 
 
 def register(subparsers) -> None:
@@ -72,7 +73,8 @@ def _individual_argument(path: str | None, num_prompts: int):
     return rows
 
 
-def _format_numbers(result: GenerationResult) -> list[str]:
+def _format_numbers(result) -> list[str]:
+    """The numbers of a `causal_qwen.generation.GenerationResult`, one line each."""
     lines = []
     for number in result.numbers:
         line = f"  number at token {number.token_index}: {number.text or format(number.value, '.6g')}"
@@ -94,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     for index, prompt in enumerate(args.prompts):
         if prompt == "":
             raise ValueError(f"prompt {index} is empty")
+    from ..generation import generate
+    from ..loading import load_model_and_tokenizer
+
     individual = _individual_argument(args.individual, len(args.prompts))
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
 
@@ -101,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     finished_texts: dict[int, str] = {}
     started = []
 
-    def show(piece: TextPiece) -> None:
+    def show(piece) -> None:
         if single:
             if not started:  # the prompt, once generation is under way
                 started.append(True)

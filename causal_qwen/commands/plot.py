@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
-from .. import plots
-from ..evaluation import evaluate_data
-from ..loading import load_model_and_tokenizer
 from .eval import add_data_arguments, add_model_arguments, check_writable_file, data_spec
 
 
@@ -64,6 +59,9 @@ def _model_and_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False):
+    from ..evaluation import evaluate_data
+    from ..loading import load_model_and_tokenizer
+
     check_writable_file(args.out)
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
     result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
@@ -77,6 +75,10 @@ def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False
 def run_numbers(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise ValueError(f"--count must be positive, got {args.count}")
+    import torch
+
+    from .. import plots
+
     numbers = _number_predictions(args)
     chosen = torch.linspace(0, len(numbers) - 1, min(args.count, len(numbers))).round().long().unique()  # spread out
     picked = numbers.subset(chosen)
@@ -88,6 +90,8 @@ def run_numbers(args: argparse.Namespace) -> int:
 
 
 def run_calibration(args: argparse.Namespace) -> int:
+    from .. import plots
+
     numbers = _number_predictions(args)
     path = plots.plot_calibration({args.data: numbers.pit()}, args.out)
     print(f"wrote {path}")
@@ -95,6 +99,8 @@ def run_calibration(args: argparse.Namespace) -> int:
 
 
 def run_individuals(args: argparse.Namespace) -> int:
+    from .. import plots
+
     numbers = _number_predictions(args, keep_individuals=True)
     if len(numbers) < 2:
         raise ValueError("the individual space needs at least 2 number positions")
@@ -105,6 +111,8 @@ def run_individuals(args: argparse.Namespace) -> int:
 
 
 def run_next_token(args: argparse.Namespace) -> int:
+    from .. import plots
+    from ..loading import load_model_and_tokenizer
     from ..predict import predict_next
 
     check_writable_file(args.out)
@@ -125,6 +133,7 @@ def run_next_token(args: argparse.Namespace) -> int:
 def run_training(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from .. import plots
     from ..monitoring import read_metrics
 
     check_writable_file(args.out)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..loading import load_model_and_tokenizer
 from .eval import add_model_arguments
-from ..predict import NextStepView, predict_next
 
 
 def register(subparsers) -> None:
@@ -25,7 +23,8 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def format_view(view: NextStepView) -> str:
+def format_view(view) -> str:
+    """The `causal_qwen.predict.NextStepView` as a text table."""
     threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
     lines = [f"next step after {view.text!r}{threshold}"]
     header = (
@@ -51,6 +50,9 @@ def format_view(view: NextStepView) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loading import load_model_and_tokenizer
+    from ..predict import predict_next
+
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
     if args.json:
