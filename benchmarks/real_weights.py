@@ -28,17 +28,24 @@ causal figures and to Σ_k P_k (the trade-off discussed in docs/design.md).
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Run as a script, this file's folder comes first on sys.path, where benchmarks/numbers.py would shadow the
+# standard library's `numbers` (imported by numpy, torch): take the folder off the path first.
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
 import argparse
+import importlib.util
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from causal_qwen import calibration  # noqa: E402
 from causal_qwen.conversion import load_qwen_base  # noqa: E402
@@ -295,8 +302,10 @@ def main(argv=None) -> int:
     result["seed_setting"] = setting_figures(qwen, seed_model, tokenizer, windows, args.quick)
     log("[real_weights] seed setting:", json.dumps(result["seed_setting"]))
     if not args.skip_finetune:
-        from real_weights_finetune import ce_control_figures, finetune_figures
-
+        spec = importlib.util.spec_from_file_location("real_weights_finetune", Path(__file__).with_name("real_weights_finetune.py"))
+        finetune = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(finetune)
+        ce_control_figures, finetune_figures = finetune.ce_control_figures, finetune.finetune_figures
         steps = 2 if args.quick else args.finetune_steps
         result.update(finetune_figures(args.base, steps=steps))
         result["seed_setting"].update(finetune_figures(args.base, steps=steps, setting="seed"))

@@ -199,10 +199,25 @@ def clear_generation_caches(model: torch.nn.Module | None = None) -> None:
         _DERIVED.pop(module, None)
 
 
-def _inverse_row_l1(weight: Tensor) -> Tensor:
-    """``1 / ‖W_k‖₁`` (V,) float32, norms summed in float64; zero rows get ``1 / tiny`` (finite)."""
-    norms = weight.detach().abs().sum(dim=1, dtype=torch.float64)  # (V,)
-    return (1.0 / norms.clamp_min(torch.finfo(torch.float32).tiny)).float()
+@dataclass(frozen=True)
+class RowNorms:
+    """Per-row norms of ``|W|`` (V,C) that bound ``scale_k = Σ_c |W_kc| s_c`` without forming it.
+
+    l1: ``‖W_k‖₁`` (V,); centred_l2: ``‖ |W_k| − mean_c |W_kc| ‖₂`` (V,); both float32, summed in float64."""
+
+    l1: Tensor
+    centred_l2: Tensor
+
+    @classmethod
+    def of(cls, weight: Tensor, block: int = 16384) -> "RowNorms":
+        l1, square = [], []
+        for start in range(0, weight.shape[0], block):
+            magnitude = weight[start : start + block].detach().abs().double()  # (block,C)
+            l1.append(magnitude.sum(dim=1))  # (block,)
+            square.append(magnitude.square().sum(dim=1))  # (block,)
+        l1_all, square_all = torch.cat(l1), torch.cat(square)  # (V,) each
+        centred = (square_all - l1_all.square() / weight.shape[1]).clamp_min(0).sqrt()  # (V,)
+        return cls(l1=l1_all.float(), centred_l2=centred.float())
 
 
 def _constant_scale(weight: Tensor, noise: Tensor, block: int = 16384) -> tuple[Tensor, Tensor, bool]:
@@ -277,35 +292,52 @@ def _shortcut_margin(dtype: torch.dtype) -> float:
     return max(1e-4, 4 * torch.finfo(dtype).eps)
 
 
-def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, inverse_row_l1: Tensor) -> Tensor:
+def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, norms: RowNorms) -> Tensor:
     """Exact ``argmax_k d_k / scale_k`` with ``scale_k = Σ_c |W_kc| s_c``, without forming all of ``|W| s``.
 
     distance: (B,V) ``d = loc_S − t`` (float32; ``-inf`` bans a row); s: (B,C) positive; weight: (V,C);
-    inverse_row_l1: (V,) ``1/‖W_k‖₁``  →  (B,) token ids.
+    norms: `RowNorms` of ``weight``  →  (B,) token ids.
 
-    Since ``s > 0``: ``‖W_k‖₁·min(s) ≤ scale_k ≤ ‖W_k‖₁·max(s)``. With ``a_k = d_k / ‖W_k‖₁``,
-    ``z_k = d_k / scale_k`` lies in ``[a_k/max s, a_k/min s]`` when ``a_k ≥ 0`` and in ``[a_k/min s, a_k/max s]``
-    when ``a_k < 0``. Both bounds increase with ``a_k``, so the best lower bound is that of ``max_k a_k``, and a
-    row can win only if its upper bound reaches it, i.e. ``a_k ≥ a_min``. Only those M rows get their exact
-    scale, from gathered rows of ``|W|`` (one row when ``scale_U`` is constant, as at initialisation; all of
-    them, in cache-sized blocks, when ``s`` is spread wide). The bounds are widened by a relative margin
-    that covers float rounding.
+    Two bounds on every row's scale, both cheap per row:
+      * ``‖W_k‖₁·min(s) ≤ scale_k ≤ ‖W_k‖₁·max(s)`` (tight when ``s`` is nearly constant, as after conversion);
+      * with ``s̄ = mean(s)``: ``scale_k = ‖W_k‖₁·s̄ + ⟨|W_k| − mean|W_k|, s − s̄⟩`` (the mean parts cancel, since
+        ``Σ_c (s_c − s̄) = 0``), and by Cauchy–Schwarz ``|⟨·,·⟩| ≤ centred_l2_k·‖s − s̄‖₂``. This one stays tight
+        when ``s`` varies from component to component and position to position, as after fine-tuning.
+    The intersection gives ``scale_k ∈ [lo_k, hi_k]``, so ``z_k = d_k / scale_k ∈ [d_k/hi_k, d_k/lo_k]`` for
+    ``d_k ≥ 0`` and ``[d_k/lo_k, d_k/hi_k]`` for ``d_k < 0``. The winner's ``z`` is at least the best lower bound
+    ``L``; only the M rows whose upper bound reaches ``L`` can win, and only they get their exact scale, from
+    gathered rows of ``|W|`` (one row when ``s`` is constant). The bounds are widened by a relative margin that
+    covers float rounding.
     """
     tiny = torch.finfo(torch.float32).tiny
-    margin = _shortcut_margin(s.dtype)
-    a = distance * inverse_row_l1  # (B,V)
-    s_min = s.amin(dim=-1).float().clamp_min(tiny) * (1 - margin)  # (B,)
-    s_max = s.amax(dim=-1).float() * (1 + margin)  # (B,)
-    a_best = a.amax(dim=-1)  # (B,)
-    best_lower = torch.where(a_best >= 0, a_best / s_max, a_best / s_min)  # (B,)
-    a_min = torch.where(best_lower >= 0, best_lower * s_min, best_lower * s_max)  # (B,)
-    reachable = a >= a_min.unsqueeze(-1)  # (B,V)
-    candidates = (reachable[0] if reachable.shape[0] == 1 else reachable.any(dim=0)).nonzero().squeeze(-1)  # (M,)
-    if candidates.numel() == 0:  # only with NaN distances: decide on everything
-        candidates = torch.arange(distance.shape[-1], device=distance.device)
+    candidates = shortcut_candidates(distance, s, norms)  # (M,)
     scale = _gathered_scale(s, weight, candidates)  # (B,M)
     z = distance.index_select(-1, candidates) / scale.float().clamp_min(tiny)  # (B,M)
     return candidates[z.argmax(dim=-1)]
+
+
+def shortcut_candidates(distance: Tensor, s: Tensor, norms: RowNorms) -> Tensor:
+    """The M rows (M,) that can win `ovr_argmax` for some row of the batch, by the scale bounds it describes."""
+    tiny = torch.finfo(torch.float32).tiny
+    margin = _shortcut_margin(s.dtype)
+    s32 = s.float()  # (B,C)
+    s_mean = s32.mean(dim=-1, keepdim=True)  # (B,1)
+    spread = (s32 - s_mean).norm(dim=-1, keepdim=True)  # (B,1) ‖s − s̄‖₂
+    l1, centred = norms.l1, norms.centred_l2  # (V,) each
+    centre, deviation = l1 * s_mean, centred * spread  # (B,V) each: scale_k = centre ± deviation at most
+    slack = (centre + deviation).mul_(margin)  # (B,V) covers the rounding of centre − deviation
+    lower = torch.maximum(l1 * (s32.amin(dim=-1, keepdim=True) * (1 - margin)), centre - deviation - slack)  # (B,V)
+    upper = torch.minimum(l1 * (s32.amax(dim=-1, keepdim=True) * (1 + margin)), centre + deviation + slack)  # (B,V)
+    lower = lower.clamp_min_(tiny)
+    upper = upper.clamp_min_(tiny)
+    positive = distance >= 0  # (B,V)
+    z_low = torch.where(positive, distance / upper, distance / lower)  # (B,V) lower bound of z_k
+    z_high = torch.where(positive, distance / lower, distance / upper)  # (B,V) upper bound of z_k
+    reachable = z_high >= z_low.amax(dim=-1, keepdim=True)  # (B,V)
+    candidates = (reachable[0] if reachable.shape[0] == 1 else reachable.any(dim=0)).nonzero().squeeze(-1)  # (M,)
+    if candidates.numel() == 0:  # only with NaN distances: decide on everything
+        candidates = torch.arange(distance.shape[-1], device=distance.device)
+    return candidates
 
 
 def _gathered_scale(s: Tensor, weight: Tensor, rows: Tensor, block: int = 1024) -> Tensor:
@@ -574,8 +606,8 @@ class _Decoder:
         if banned is not None and banned.numel():
             distance[:, banned] = -math.inf
         s = self.model.action.decision_scale(scale_U)  # (B,C)
-        inverse_l1 = _derived(head, "inverse_row_l1", (head.weight,), lambda: _inverse_row_l1(head.weight))
-        return ovr_argmax(distance, s, head.weight, inverse_l1)
+        norms = _derived(head, "row_norms", (head.weight,), lambda: RowNorms.of(head.weight))
+        return ovr_argmax(distance, s, head.weight, norms)
 
     def _decide_causal(self, u: Tensor, banned: Tensor | None) -> Tensor:
         action = self.model.action

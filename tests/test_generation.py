@@ -18,10 +18,11 @@ from causal_qwen.generation import (
     generate_ids,
     greedy_parity,
     ovr_argmax,
+    shortcut_candidates,
     ovr_argmax_reference,
     stream,
 )
-from causal_qwen.generation import _inverse_row_l1 as inverse_row_l1
+from causal_qwen.generation import RowNorms
 from causal_qwen.predict import next_step_view, predict_next
 from causal_qwen.numbers import format_prediction
 
@@ -269,9 +270,24 @@ def test_ovr_argmax_shortcut_equals_naive_argmax():
         else:
             threshold = torch.tensor(float(trial % 7 - 3) * 10)  # scalar
         loc_S = loc_U @ weight.T + torch.randn(vocab, generator=generator)
-        got = ovr_argmax(loc_S - threshold, s, weight, inverse_row_l1(weight))
+        got = ovr_argmax(loc_S - threshold, s, weight, RowNorms.of(weight))
         expected = ovr_argmax_reference(loc_S, s @ weight.abs().T, threshold)
         assert torch.equal(got, expected), trial
+
+
+def test_shortcut_prunes_with_scales_that_vary_by_component_and_position():
+    """Scales spread ±50% across components and positions (as after fine-tuning): the candidate set stays a
+    small share of the vocabulary, and the decision is still exact."""
+    generator = torch.Generator().manual_seed(1)
+    vocab, causal, batch = 20000, 256, 4
+    weight = torch.randn(vocab, causal, generator=generator) * 0.02
+    norms = RowNorms.of(weight)
+    s = 0.01 * (0.5 + torch.rand(batch, causal, generator=generator))  # (B,C) per position and component
+    distance = torch.randn(batch, causal, generator=generator) * 3 @ weight.T - 1.0  # (B,V)
+    candidates = shortcut_candidates(distance, s, norms)
+    assert candidates.numel() <= vocab // 50  # 198 of 20,000 here; the min/max bound alone keeps thousands
+    expected = ovr_argmax_reference(distance, s @ weight.abs().T, 0.0)
+    assert torch.equal(ovr_argmax(distance, s, weight, norms), expected)
 
 
 @pytest.mark.parametrize("threshold_kind", ["scalar", "per_token"])
