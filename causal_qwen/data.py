@@ -23,6 +23,7 @@ or as several numbers is logged once per field (docs/number_grammar.md).
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import logging
 import math
@@ -397,21 +398,141 @@ def split_documents(documents: list[Document], spec: SplitSpec) -> tuple[list[Do
 
 def _split_by_value(documents: list[Document], spec: SplitSpec) -> tuple[list[Document], list[Document]]:
     values = [doc.split_value for doc in documents]
-    numeric = all(parse_number(v) is not None for v in values) and (
-        spec.split_at is None or parse_number(spec.split_at) is not None
-    )
-    key = (lambda v: parse_number(v)) if numeric else (lambda v: str(v))
+    key = split_key(values, spec.split_at, spec.split_by, where=[f"{doc.source}: row {doc.row}" for doc in documents])
+    keys = [key(v) for v in values]
     if spec.split_at is not None:
-        cut = key(spec.split_at)
+        cut = key.parse_cut(spec.split_at)
     elif spec.fraction > 0:
-        ordered = sorted(key(v) for v in values)
+        ordered = sorted(keys)
         cut = ordered[min(len(ordered) - 1, round(len(ordered) * (1.0 - spec.fraction)))]
     else:
         raise ValueError(f"split_by '{spec.split_by}' needs split_at or validation_split > 0")
-    train = [doc for doc in documents if key(doc.split_value) < cut]
-    validation = [doc for doc in documents if key(doc.split_value) >= cut]
-    logger.info("split by %s at %r: %d train, %d validation rows", spec.split_by, cut, len(train), len(validation))
+    train = [doc for doc, k in zip(documents, keys) if k < cut]
+    validation = [doc for doc, k in zip(documents, keys) if k >= cut]
+    logger.info("split by %s at %s (%s): %d train, %d validation rows", spec.split_by, key.show(cut), key.describe(),
+                len(train), len(validation))
     return train, validation
+
+
+# Date spellings a split column may use, tried in this order; the first that reads every value of the column
+# is the column's format (so "01/02/2009" is month/day when every value reads that way).
+DATE_FORMATS = (
+    "%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y",
+    "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y", "%Y-%m", "%Y/%m", "%b %Y", "%B %Y",
+)
+
+
+@dataclass(frozen=True)
+class SplitKey:
+    """How the values of a split column compare: as numbers, or as dates written in one ``date_format``
+    (never as text). Calling it turns one value into its comparable key."""
+
+    column: str
+    kind: str  # "number" or "date"
+    date_format: str | None = None
+
+    def __call__(self, value: Any) -> Any:
+        if self.kind == "number":
+            return parse_number(value)
+        return parse_date(value, (self.date_format,))
+
+    def parse_cut(self, split_at: Any) -> Any:
+        """``split_at`` as a key (a date in the column's format or any format of `DATE_FORMATS`)."""
+        if self.kind == "number":
+            number = parse_number(split_at)
+            if number is None:
+                raise ValueError(f"split_at {split_at!r} is not a number, but split_by column '{self.column}' "
+                                 "holds numbers")
+            return number
+        cut = parse_date(split_at, (self.date_format, *DATE_FORMATS))
+        if cut is None:
+            raise ValueError(f"split_at {split_at!r} is not a date (split_by column '{self.column}' holds dates "
+                             f"like {_example_date(self.date_format)!r}); write it e.g. as YYYY-MM-DD")
+        return cut
+
+    def describe(self) -> str:
+        return "numbers" if self.kind == "number" else f"dates read as {self.date_format}"
+
+    def show(self, key: Any) -> str:
+        return f"{key:g}" if self.kind == "number" else key.isoformat(sep=" ").removesuffix(" 00:00:00")
+
+
+def parse_date(value: Any, formats: Sequence[str]) -> datetime.datetime | None:
+    """``value`` (text, `datetime.date` or `datetime.datetime`) as a naive UTC datetime, trying ``formats`` in
+    order; None when none reads it."""
+    if isinstance(value, datetime.datetime):
+        return _naive_utc(value)
+    if isinstance(value, datetime.date):
+        return datetime.datetime(value.year, value.month, value.day)
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.split())
+    for date_format in formats:
+        try:
+            return _naive_utc(datetime.datetime.strptime(text, date_format))
+        except ValueError:
+            continue
+    try:  # other ISO 8601 forms (time zones, fractions of a second)
+        return _naive_utc(datetime.datetime.fromisoformat(text)) if text[:4].isdigit() else None
+    except ValueError:
+        return None
+
+
+def _naive_utc(moment: datetime.datetime) -> datetime.datetime:
+    if moment.tzinfo is None:
+        return moment
+    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+
+
+def _example_date(date_format: str | None) -> str:
+    return datetime.datetime(2015, 1, 31).strftime(date_format or "%Y-%m-%d")
+
+
+def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence[str] | None = None) -> SplitKey:
+    """The `SplitKey` of a split column: numbers when every value (and ``split_at``) is one, else dates in the
+    first format of `DATE_FORMATS` that reads every value. ``ValueError`` naming the row (``where[i]``) and
+    value that is neither, rather than a text comparison."""
+    if all(parse_number(v) is not None for v in values) and (split_at is None or parse_number(split_at) is not None
+                                                               or parse_date(split_at, DATE_FORMATS) is None):
+        return SplitKey(column, "number")
+    best, best_count = None, -1
+    for date_format in DATE_FORMATS:
+        count = 0
+        for value in values:
+            if parse_date(value, (date_format,)) is None:
+                break
+            count += 1
+        if count == len(values):
+            _warn_if_ambiguous(values, date_format, column)
+            return SplitKey(column, "date", date_format)
+        if count > best_count:
+            best, best_count = date_format, count
+    index = best_count if best_count >= 0 else 0
+    place = where[index] if where is not None else f"value {index + 1}"
+    if best_count == 0 and parse_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
+        raise ValueError(f"{place}: split_by column '{column}' holds {values[0]!r}, which is neither a number nor "
+                         "a date; split_by needs a column of numbers or dates")
+    raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a date like the "
+                     f"rows before it ({_example_date(best)!r}, format {best}) and not a number")
+
+
+def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> None:
+    swapped = {"%m/%d/%Y": "%d/%m/%Y"}.get(date_format)
+    if swapped and all(parse_date(v, (swapped,)) is not None for v in values):
+        logger.warning("split_by column '%s': dates such as %r read as month/day/year (%s); every value also "
+                       "reads as day/month/year", column, values[0], date_format)
+
+
+def describe_split(spec: SplitSpec) -> str:
+    """The split asked for, in words: ``"split by date at '2015/01/01'"``, ``"random 10% of the rows"``."""
+    if spec.split_by is not None:
+        if spec.split_at is not None:
+            return f"split by {spec.split_by} at {spec.split_at!r}"
+        return f"the latest {spec.fraction:.0%} of {spec.split_by} values"
+    if spec.fraction > 0:
+        return f"a random {spec.fraction:.0%} of the rows"
+    return "no validation split"
 
 
 def _describe(spec: SplitSpec) -> str:

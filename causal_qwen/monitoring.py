@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,9 @@ class MetricsJsonlCallback(TrainerCallback):
 
     Training records hold ``step``, ``loss``, ``lr`` (the heads' learning rate) and the figures above;
     evaluation records hold ``step`` and ``eval_*`` keys. A fresh run starts the file anew; a resumed run
-    drops the records after the step it resumes from.
+    drops the records after the step it resumes from (and a line a killed run left half-written), rewriting
+    the file through a temporary one. The file is strict JSON: a figure that is not finite is written as null
+    (and logged).
     """
 
     RENAMES = {"learning_rate": "lr"}
@@ -170,7 +173,9 @@ class MetricsJsonlCallback(TrainerCallback):
                     continue
                 if isinstance(record, dict) and record.get("step", 0) <= state.global_step:
                     kept.append(line)
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        from .run_folder import write_text_atomic
+
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or any(key in logs for key in self.SKIP):
@@ -178,25 +183,35 @@ class MetricsJsonlCallback(TrainerCallback):
         record: dict[str, Any] = {"step": state.global_step}
         for key, value in logs.items():
             record[self.RENAMES.get(key, key)] = _jsonable(value)
+        not_finite = [key for key, value in record.items() if value is None and logs.get(key) is not None]
+        if not_finite:
+            logger.warning("step %d: %s not finite, written as null", state.global_step, ", ".join(not_finite))
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(record, allow_nan=False) + "\n")
 
 
 def _jsonable(value: Any) -> Any:
+    """A JSON value: tensors as numbers or lists, NaN and ±inf as None."""
     if isinstance(value, Tensor):
         value = value.item() if value.numel() == 1 else value.tolist()
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file, in order."""
+    """The records of a ``metrics.jsonl`` file, in order (a half-written last line, as a killed run may leave,
+    is skipped with a warning)."""
     records = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
+                if number == len(lines) and not text.endswith("\n"):
+                    logger.warning("%s: skipping the half-written last line %d", path, number)
+                    continue
                 raise ValueError(f"{path}: line {number} is not valid JSON ({error})") from error
     return records

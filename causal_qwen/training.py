@@ -3,22 +3,28 @@
 `run_training(config)` builds the model, tokenizer and datasets of a `TrainConfig`, trains with
 `CausalQwenTrainer` and writes into ``output_dir``:
 
-    checkpoint-N/      every ``save_steps`` steps, the last ``save_total_limit`` kept (``resume=True`` continues)
+    checkpoint-N/      every ``save_steps`` steps, the last ``save_total_limit`` kept (``resume=True`` continues
+                       from the newest complete one); written atomically (`causal_qwen.run_folder`)
     metrics.jsonl      one JSON object per logged step (see `causal_qwen.monitoring`)
     runs/              TensorBoard event files
     final/             the trained model + tokenizer (`CausalQwenForCausalLM.from_pretrained`)
     adapter/           with LoRA: the peft adapter, heads included (`PeftModel.from_pretrained(base, adapter/)`)
     train_config.yaml  the resolved settings
+    .lock              held while the run lasts: a second run into the folder fails at once
 
-The same entry point runs under ``torchrun --nproc_per_node N`` and ``accelerate launch`` (DDP; gloo on CPUs).
+Config, data and folder are checked before anything in ``output_dir`` is deleted or overwritten. The same
+entry point runs under ``torchrun --nproc_per_node N`` and ``accelerate launch`` (DDP; gloo on CPUs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,8 +32,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 from torch import Tensor, nn
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
 from . import data as data_module
@@ -35,6 +40,18 @@ from .collator import NumericCollator, TokenizedDataset, tokenize_documents
 from .modeling import CausalQwenForCausalLM
 from .monitoring import MetricAccumulator, MetricsJsonlCallback, decision_stats, number_stats, representation_stats
 from .parameter_groups import GROUPS, drop_gradients, freeze_groups, head_gradient_norms, optimizer_groups
+from .run_folder import (
+    OutputLock,
+    RunPlan,
+    check_output_dir,
+    clear_for_run,
+    fault_point,
+    plan_run,
+    publish,
+    rotate_checkpoints,
+    staging_path,
+    write_text_atomic,
+)
 from .train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -58,6 +75,7 @@ class CausalQwenTrainer(Trainer):
         self.train_figures = MetricAccumulator()
         self.eval_figures = MetricAccumulator()
         self._step_learning_rates: dict[str, float] = {}
+        self._staging_root: Path | None = None
 
     # -- parts of the model --
     def causal_model(self) -> CausalQwenForCausalLM:
@@ -86,11 +104,49 @@ class CausalQwenTrainer(Trainer):
                 logger.info("optimizer group %s: %d tensors, lr %g", group["name"], len(group["params"]), group["lr"])
         return self.optimizer
 
+    # -- checkpoints: written under .staging/, published by one rename --
+    def _get_output_dir(self, trial) -> str:
+        if self._staging_root is not None:  # inside _save_checkpoint: the parent writes into the staging folder
+            return str(self._staging_root)
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """`Trainer._save_checkpoint` into ``OUTPUT_DIR/.staging/checkpoint-N``, then published whole as
+        ``OUTPUT_DIR/checkpoint-N`` (fsync + rename) and old checkpoints rotated out the same way."""
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staged = staging_path(run_dir, name)
+        if self.args.should_save:
+            _remove_tree(staged)
+            staged.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_root = staged.parent
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_root = None
+        self.accelerator.wait_for_everyone()  # every process has written its part (RNG states, shards)
+        if self.args.should_save:
+            publish(staged, run_dir / name)
+            for path in rotate_checkpoints(run_dir, self.args.save_total_limit):
+                logger.info("deleted %s (save_total_limit=%s)", path.name, self.args.save_total_limit)
+        self.accelerator.wait_for_everyone()
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        fault_point("checkpoint.model_written")  # tests: a kill half-way through a checkpoint
+        super()._save_optimizer_and_scheduler(output_dir)
+
     # -- forward, backward --
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs, return_scores=False, use_cache=False)
         if outputs.loss is None:
             raise ValueError(f"the model returned no loss; the batch holds {sorted(inputs)} (labels are needed)")
+        if not math.isfinite(float(outputs.loss.detach())):
+            raise ValueError(
+                f"the loss is {float(outputs.loss.detach())} at step {self.state.global_step + 1} (cls_loss "
+                f"{float(outputs.cls_loss.detach())}, reg_loss {float(outputs.reg_loss.detach())}); lower the learning "
+                "rates or max_grad_norm, and check the model's weights are finite"
+            )
         training = model.training
         figures = self.train_figures if training else self.eval_figures
         weight = 1.0 if training else float(inputs["input_ids"].shape[0])
@@ -211,8 +267,13 @@ def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalL
     return model, tokenizer
 
 
-def build_datasets(config: TrainConfig, tokenizer: Any) -> tuple[TokenizedDataset, TokenizedDataset | None]:
-    """Read, split and tokenize the training (and validation) data of ``config``."""
+Report = Callable[[str], None]
+
+
+def read_split_documents(config: TrainConfig, report: Report | None = None) -> tuple[list, list]:
+    """The training and validation `Document`s of ``config`` (read and split; no tokenizer needed), so that a
+    data error shows before a model is loaded or anything in ``output_dir`` changes. ``report`` gets the
+    split sizes in one line."""
     source = data_module.DataSource(
         path=config.data,
         format=config.data_format,
@@ -231,13 +292,28 @@ def build_datasets(config: TrainConfig, tokenizer: Any) -> tuple[TokenizedDatase
         valid_docs = data_module.read_documents(
             data_module.DataSource(**{**source.__dict__, "path": config.validation_data, "split_by": None})
         )
+        how = f"validation from {config.validation_data}"
     else:
         spec = data_module.SplitSpec(
             fraction=config.validation_split, split_by=config.split_by, split_at=config.split_at, seed=config.seed
         )
         train_docs, valid_docs = data_module.split_documents(documents, spec)
+        how = data_module.describe_split(spec)
+    if config.max_eval_samples is not None and len(valid_docs) > config.max_eval_samples:
+        how += f"; evaluating the first {config.max_eval_samples}"
+    message = f"data: {len(train_docs)} training and {len(valid_docs)} validation documents ({how})"
+    logger.info("%s", message)
+    if report is not None:
+        report(message)
     if config.max_eval_samples is not None:
         valid_docs = valid_docs[: config.max_eval_samples]
+    return train_docs, valid_docs
+
+
+def tokenize_datasets(
+    config: TrainConfig, tokenizer: Any, train_docs: list, valid_docs: list
+) -> tuple[TokenizedDataset, TokenizedDataset | None]:
+    """Tokenize the documents of `read_split_documents`."""
     train = tokenize_documents(train_docs, tokenizer, config.max_length, config.add_eos)
     valid = tokenize_documents(valid_docs, tokenizer, config.max_length, config.add_eos) if valid_docs else None
     logger.info(
@@ -247,6 +323,11 @@ def build_datasets(config: TrainConfig, tokenizer: Any) -> tuple[TokenizedDatase
         0 if valid is None else len(valid),
     )
     return train, valid
+
+
+def build_datasets(config: TrainConfig, tokenizer: Any) -> tuple[TokenizedDataset, TokenizedDataset | None]:
+    """Read, split and tokenize the training (and validation) data of ``config``."""
+    return tokenize_datasets(config, tokenizer, *read_split_documents(config))
 
 
 def apply_lora(model: CausalQwenForCausalLM, config: TrainConfig) -> nn.Module:
@@ -326,49 +407,69 @@ def training_arguments(config: TrainConfig, has_validation: bool) -> TrainingArg
 # ---- the run ---------------------------------------------------------------------------------------------
 @dataclass
 class TrainingResult:
-    """Where a run wrote its outputs, and how far it got."""
+    """Where a run wrote its outputs, and how far it got. ``trained``: False when the run had already finished
+    (``message`` says so; ``train_loss`` is then None)."""
 
     output_dir: Path
     final_dir: Path
     metrics_file: Path
     adapter_dir: Path | None
     global_step: int
-    train_loss: float
+    train_loss: float | None
+    trained: bool = True
+    resumed_from: str | None = None
+    message: str | None = None
 
 
-def prepare_output_dir(config: TrainConfig, resume: bool | str) -> str | None:
-    """The checkpoint to resume from (None for a fresh start); a fresh start in a folder with checkpoints
-    needs ``overwrite_output_dir`` and clears them."""
-    output_dir = Path(config.output_dir)
-    last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-    if isinstance(resume, str):
-        if not Path(resume).is_dir():
-            raise ValueError(f"--resume: checkpoint folder {resume!r} does not exist")
-        return resume
-    if resume:
-        if last is None:
-            raise ValueError(f"--resume: {output_dir} holds no checkpoint-N folder to resume from")
-        return last
-    if last is not None:
-        if not config.overwrite_output_dir:
-            raise ValueError(
-                f"{output_dir} already holds checkpoints (latest {Path(last).name}); pass --resume to continue, "
-                "or --set overwrite_output_dir=true to start afresh"
-            )
-        if int(os.environ.get("RANK", "0")) == 0:
-            for child in output_dir.glob("checkpoint-*"):
-                shutil.rmtree(child, ignore_errors=True)
-    return None
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def run_training(
-    config: TrainConfig, resume: bool | str = False, callbacks: Sequence[TrainerCallback] = ()
+    config: TrainConfig,
+    resume: bool | str = False,
+    callbacks: Sequence[TrainerCallback] = (),
+    report: Report | None = None,
 ) -> TrainingResult:
-    """Train as ``config`` says; ``resume``: True for the last checkpoint of ``output_dir``, or a checkpoint path."""
-    checkpoint = prepare_output_dir(config, resume)
+    """Train as ``config`` says; ``resume``: True for the newest complete checkpoint of ``output_dir``, or a
+    checkpoint path. ``report`` receives one-line messages for the user (which checkpoint is resumed, the split
+    sizes). Nothing in ``output_dir`` is deleted or overwritten before config and data have been checked, and
+    the folder is locked while the run lasts."""
+    output_dir = check_output_dir(config.output_dir)
+    lock = OutputLock(output_dir) if _is_main_process() else None
+    with lock if lock is not None else contextlib.nullcontext():
+        plan = plan_run(output_dir, config.max_steps, resume, config.overwrite_output_dir,
+                        final_name=FINAL_DIR, outputs=(FINAL_DIR, ADAPTER_DIR), started_marker=CONFIG_FILE)
+        if plan.message:
+            logger.info("%s", plan.message)
+            if report is not None:
+                report(plan.message)
+        if plan.finished and plan.final_from is None:
+            return _finished_result(config, plan)
+        return _train(config, plan, callbacks, report)
+
+
+def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
+    output_dir = Path(config.output_dir)
+    return TrainingResult(
+        output_dir=output_dir,
+        final_dir=output_dir / FINAL_DIR,
+        metrics_file=output_dir / METRICS_FILE,
+        adapter_dir=output_dir / ADAPTER_DIR if config.lora else None,
+        global_step=int(plan.finished_step or 0),
+        train_loss=None,
+        trained=False,
+        message=plan.message,
+    )
+
+
+def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallback], report: Report | None):
+    """Check the data, build model and trainer, clear what a fresh start replaces, then train (or only write
+    ``final/`` from a finished run's last checkpoint)."""
+    train_docs, valid_docs = read_split_documents(config, report)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
-    train_dataset, eval_dataset = build_datasets(config, tokenizer)
+    train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
     trained: nn.Module = apply_lora(model, config) if config.lora else model
@@ -394,8 +495,18 @@ def run_training(
         )
     if trainer.is_world_process_zero():
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+        clear_for_run(plan, output_dir)
+        write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    trainer.accelerator.wait_for_everyone()
+    if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
+        if trainer.is_world_process_zero():  # a kill between publishing it and rotating may have left one more
+            rotate_checkpoints(output_dir, config.save_total_limit)
+        trainer._load_from_checkpoint(plan.final_from)
+        trainer.state = TrainerState.load_from_json(str(Path(plan.final_from) / "trainer_state.json"))
+        train_loss, trained_now = None, False
+    else:
+        result = trainer.train(resume_from_checkpoint=plan.checkpoint)
+        train_loss, trained_now = float(result.training_loss), True
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,
@@ -403,26 +514,46 @@ def run_training(
         metrics_file=metrics_file,
         adapter_dir=adapter_dir,
         global_step=trainer.state.global_step,
-        train_loss=float(result.training_loss),
+        train_loss=train_loss,
+        trained=trained_now,
+        resumed_from=plan.checkpoint,
+        message=plan.message,
     )
 
 
 def save_final(trainer: CausalQwenTrainer, tokenizer: Any, config: TrainConfig) -> tuple[Path, Path | None]:
-    """``final/`` (full model + tokenizer) and, with LoRA, ``adapter/`` (adapter + heads)."""
+    """``final/`` (full model + tokenizer + the trainer state saying which step it is) and, with LoRA,
+    ``adapter/`` (adapter + heads); each written under ``.staging/`` and published by one rename."""
     output_dir = Path(config.output_dir)
     final_dir, adapter_dir = output_dir / FINAL_DIR, None
+    staged_final = staging_path(output_dir, FINAL_DIR)
+    staged_adapter = staging_path(output_dir, ADAPTER_DIR)
     if config.lora:
         adapter_dir = output_dir / ADAPTER_DIR
+    if trainer.is_world_process_zero():
+        for staged in (staged_final, staged_adapter):
+            _remove_tree(staged)
+    trainer.accelerator.wait_for_everyone()
     if trainer.is_fsdp_enabled:  # gathering sharded weights is collective: every process takes part
-        trainer.save_model(str(adapter_dir if config.lora else final_dir))
+        trainer.save_model(str(staged_adapter if config.lora else staged_final))
     elif trainer.is_world_process_zero():
         model = trainer.accelerator.unwrap_model(trainer.model)
         if config.lora:
-            model.save_pretrained(str(adapter_dir))
+            model.save_pretrained(str(staged_adapter))
             model = model.merge_and_unload()
-        model.save_pretrained(str(final_dir))
+        model.save_pretrained(str(staged_final))
+    trainer.accelerator.wait_for_everyone()
     if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(final_dir))
+        staged_final.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(str(staged_final))
+        trainer.state.save_to_json(str(staged_final / "trainer_state.json"))
+        if config.lora:
+            publish(staged_adapter, adapter_dir)
+        publish(staged_final, final_dir)
         logger.info("saved the trained model to %s", final_dir)
     trainer.accelerator.wait_for_everyone()
     return final_dir, adapter_dir
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

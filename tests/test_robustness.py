@@ -7,11 +7,17 @@ eval and generate, and a command line that starts without importing torch.
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "causal_qwen.cli"]
@@ -58,3 +64,315 @@ def test_command_choices_match_the_library():
 
     assert eval_command.METRIC_SETS == METRIC_SETS
     assert generate_command.MODES == MODES
+
+
+# ---- shared assets: a tiny converted model with the real vocabulary, a 48-row CSV ---------------------------
+TEMPLATE = "Day {day}: the value was {value} units."
+QWEN25_ROWS = 151936
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    """``converted/`` (a width-16 CausalQwen without conversion-time calibration: fast to load) and ``data.csv``."""
+    from causal_qwen.loading import convert_base
+
+    from .conftest import small_qwen
+
+    root = tmp_path_factory.mktemp("robustness_assets")
+    small_qwen(tied=True, vocab_size=QWEN25_ROWS, hidden_size=16).save_pretrained(root / "base")
+    model, tokenizer = convert_base(str(root / "base"), ovr_calibration="none")
+    model.save_pretrained(root / "converted")
+    tokenizer.save_pretrained(root / "converted")
+    rows = ["day,value"] + [f"{day},{(day * 37) % 50 / 4}" for day in range(1, 49)]
+    (root / "data.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def settings(assets: Path, out: Path, **overrides) -> dict:
+    """Six fast steps (frozen backbone, 64 sampled negatives), a checkpoint every 2, evaluation at 3 and 6."""
+    values = dict(
+        model=str(assets / "converted"), data=str(assets / "data.csv"), template=TEMPLATE, output_dir=str(out),
+        seed=0, max_steps=6, batch_size=2, max_length=16, learning_rate=1e-2, lr_scheduler_type="linear",
+        warmup_steps=0, logging_steps=1, validation_split=0.1, eval_steps=3, max_eval_samples=2, save_steps=2,
+        save_total_limit=2, report_to=["none"], progress_bar=False, monitor_positions=0, freeze_backbone=True,
+        model_config={"ovr_negatives": 64},
+    )
+    values.update(overrides)
+    return values
+
+
+def write_config(path: Path, values: dict) -> Path:
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def train_in_child(values: dict, resume: bool, fault: str | None, messages: str) -> None:
+    """A training run in a forked child (forkserver: torch is imported once); ``fault`` sets CAUSAL_QWEN_FAULT."""
+    import torch
+
+    from causal_qwen.run_folder import FAULT_ENV
+    from causal_qwen.train_config import TrainConfig
+    from causal_qwen.training import run_training
+
+    torch.set_num_threads(1)
+    if fault:
+        os.environ[FAULT_ENV] = fault
+    else:
+        os.environ.pop(FAULT_ENV, None)
+
+    def report(message: str) -> None:
+        with open(messages, "a", encoding="utf-8") as handle:
+            handle.write(message + "\n")
+
+    run_training(TrainConfig(**values).validate("fault test"), resume=resume, report=report)
+
+
+@pytest.fixture(scope="module")
+def children():
+    """A forkserver context whose server has imported the training stack (a child starts in milliseconds)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["causal_qwen.training", "tests.test_robustness"])
+    return context
+
+
+def run_child(children, values: dict, resume: bool, messages: Path, fault: str | None = None,
+              kill_after: float | None = None) -> int | None:
+    """Run `train_in_child`; SIGKILL it after ``kill_after`` seconds if it still runs. Returns its exit code."""
+    process = children.Process(target=train_in_child, args=(values, resume, fault, str(messages)))
+    process.start()
+    process.join(kill_after)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    return process.exitcode
+
+
+# ---- checkpoints that survive SIGKILL ----------------------------------------------------------------------
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
+# Deterministic kills inside the checkpoint and final writes (causal_qwen.run_folder.fault_point).
+FAULTS = (
+    "checkpoint.model_written:1", "checkpoint.model_written:3", "publish.checkpoint.staged:1",
+    "publish.checkpoint.staged:2", "publish.checkpoint.renamed:2", "remove.renamed:1", "publish.final.staged:1",
+    "publish.final.renamed:1",
+)
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    """Steps of the ``checkpoint-N`` folders, asserting each is complete (no partial one under that name)."""
+    steps = []
+    for folder in out.glob("checkpoint-*"):
+        missing = [name for name in CHECKPOINT_FILES if not (folder / name).is_file()]
+        assert not missing, (folder, missing)
+        step = int(folder.name.split("-")[1])
+        assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == step
+        steps.append(step)
+    return sorted(steps)
+
+
+def final_weights(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(out / "final" / "model.safetensors")
+
+
+def metric_steps(out: Path) -> tuple[list[dict], list[int]]:
+    from causal_qwen.monitoring import read_metrics
+
+    records = read_metrics(out / "metrics.jsonl")
+    return [r for r in records if "loss" in r], [r["step"] for r in records if "eval_loss" in r]
+
+
+def resume_until_done(children, values: dict, messages: Path, rng: random.Random, kills: int,
+                      window: tuple[float, float]) -> None:
+    """Resume (or start, when the killed run had not started training) until a run ends; ``kills`` of the
+    attempts are SIGKILLed at a random moment of ``window`` (seconds). Checks before every attempt that every
+    checkpoint is complete and that the attempt names the newest one."""
+    out = Path(values["output_dir"])
+    for attempt in range(kills + 1):
+        steps = checkpoint_steps(out) if out.is_dir() else []
+        started = (out / "train_config.yaml").is_file()
+        before = messages.read_text().splitlines() if messages.is_file() else []
+        kill_after = rng.uniform(*window) if attempt < kills else 120
+        code = run_child(children, values, started, messages, kill_after=kill_after)
+        lines = messages.read_text().splitlines()[len(before):]
+        if started and lines:
+            if steps and steps[-1] < values["max_steps"]:
+                assert lines[0].startswith(f"resuming from checkpoint-{steps[-1]} (step {steps[-1]} of 6)"), lines
+            elif steps:
+                assert "finished" in lines[0], lines
+            else:
+                assert lines[0].startswith("no complete checkpoint in"), lines
+        if code == 0:
+            return
+        assert code == -signal.SIGKILL, (attempt, code)
+    raise AssertionError(f"{out}: the last attempt did not finish")
+
+
+@pytest.mark.slow
+def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path, children):
+    """22 runs: 8 killed at fixed points inside checkpoint and final writes, 14 at random moments (half of
+    whose resumes are killed again); each resumes to the uninterrupted run's exact weights and metrics."""
+    reference_dir = tmp_path / "reference"
+    assert run_child(children, settings(assets, reference_dir), False, tmp_path / "reference.txt", kill_after=120) == 0
+    begin = time.time()  # a second uninterrupted run (the fork server now warm) times the kill window
+    timed = tmp_path / "timed"
+    assert run_child(children, settings(assets, timed), False, tmp_path / "timed.txt", kill_after=120) == 0
+    assert all(torch_equal(final_weights(timed)[name], t) for name, t in final_weights(reference_dir).items())
+    # Random kills fall between a little before the run touches its folder and the end of the run.
+    window = (0.8 * ((timed / "train_config.yaml").stat().st_mtime - begin), time.time() - begin)
+    reference = final_weights(reference_dir)
+    reference_train, reference_eval = metric_steps(reference_dir)
+    assert [r["step"] for r in reference_train] == [1, 2, 3, 4, 5, 6] and reference_eval == [3, 6]
+    assert checkpoint_steps(reference_dir) == [4, 6]
+
+    rng = random.Random(14)
+    scenarios = [(fault, None) for fault in FAULTS] + [(None, rng.uniform(*window)) for _ in range(14)]
+    interrupted = 0
+    for index, (fault, delay) in enumerate(scenarios):
+        values = settings(assets, tmp_path / f"run{index}")
+        messages = tmp_path / f"run{index}.txt"
+        code = run_child(children, values, False, messages, fault=fault, kill_after=delay if fault is None else 120)
+        if fault is not None:
+            assert code == -signal.SIGKILL, (fault, code)
+        if code != 0:
+            interrupted += 1
+            resume_until_done(children, values, messages, rng, kills=index % 2 if fault is None else 0, window=window)
+        out = Path(values["output_dir"])
+        weights = final_weights(out)
+        for name, tensor in reference.items():
+            assert torch_equal(weights[name], tensor), (index, fault, delay, name)
+        train, evaluated = metric_steps(out)
+        assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6], (index, fault, delay, train)
+        assert evaluated == [3, 6], (index, fault, delay)
+        for mine, theirs in zip(train, reference_train):
+            assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-6), (index, fault, delay)
+        assert checkpoint_steps(out) == [4, 6]
+        assert not [p.name for p in out.iterdir() if p.name.startswith((".staging", ".trash"))], index
+    said = "".join(path.read_text() for path in tmp_path.glob("run*.txt"))
+    for phrase in ("resuming from checkpoint-2 ", "resuming from checkpoint-4 ", "starting from step 0",
+                   "writing final/ from checkpoint-6", "already finished at step 6"):
+        assert phrase in said, phrase
+    assert interrupted >= 20, interrupted
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+# ---- the output folder: validation before deletion, lock, finished runs -----------------------------------------
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time (ns); the lock file aside (each run
+    writes its pid there while it lasts)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
+            if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture(scope="module")
+def finished_run(assets, tmp_path_factory, children) -> Path:
+    """A finished six-step run (checkpoints 4 and 6, final/, metrics.jsonl)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert run_child(children, settings(assets, out), False, out.parent / "messages.txt", kill_after=120) == 0
+    return out
+
+
+def cli_error(capsys, *argv: str) -> str:
+    """``causal-qwen ARGV`` in this process: exit status 2 and one line on stderr, returned."""
+    from causal_qwen.cli import main as cli_main
+
+    assert cli_main(list(argv)) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("WARNING")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_overwrite_with_bad_data_deletes_nothing(assets, finished_run, tmp_path, capsys):
+    before = snapshot(finished_run)
+    config = write_config(tmp_path / "c.yaml", settings(assets, finished_run, overwrite_output_dir=True))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("day,value\n1,2.5\n2,lots\n3,4.0\n", encoding="utf-8")
+    line = cli_error(capsys, "train", str(config), "--set", f"data={bad}")
+    assert f"{bad}: row 2 (line 3): template field 'value' holds 'lots'" in line
+    bad_split = cli_error(capsys, "train", str(config), "--set", "split_by=value", "--set", "split_at=tomorrow",
+                          "--set", "validation_split=0")
+    assert "split_at 'tomorrow' is not a number" in bad_split
+    assert snapshot(finished_run) == before
+    assert sorted(p.name for p in finished_run.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+
+
+def test_output_dir_that_is_a_file(assets, tmp_path, capsys):
+    a_file = tmp_path / "occupied"
+    a_file.write_text("keep me", encoding="utf-8")
+    config = write_config(tmp_path / "c.yaml", settings(assets, a_file))
+    line = cli_error(capsys, "train", str(config))
+    assert f"output_dir '{a_file}' is a file, not a folder" in line
+    assert a_file.read_text() == "keep me"
+
+
+def test_resuming_a_finished_run_does_nothing_and_says_so(assets, finished_run, tmp_path, capsys):
+    from causal_qwen.cli import main as cli_main
+
+    before = snapshot(finished_run)
+    config = write_config(tmp_path / "c.yaml", settings(assets, finished_run))
+    assert cli_main(["train", str(config), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "already finished at step 6" in out and "nothing to do" in out
+    assert snapshot(finished_run) == before
+    assert not (finished_run / "checkpoint-7").exists()
+    line = cli_error(capsys, "train", str(config))  # a fresh start would clobber the finished run
+    assert "already holds checkpoints or a trained model (latest checkpoint-6, final/)" in line
+
+
+def test_partial_checkpoint_is_skipped_and_named(assets, finished_run, tmp_path):
+    """A checkpoint folder without its trainer state (as a killed run of an older version could leave) is
+    never resumed from: --resume names it and takes the newest complete one."""
+    import shutil
+
+    from causal_qwen.run_folder import plan_run
+
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    shutil.rmtree(copy / "final")
+    (copy / "checkpoint-6" / "trainer_state.json").unlink()
+    plan = plan_run(copy, max_steps=6, resume=True, overwrite=False)
+    assert plan.checkpoint == str(copy / "checkpoint-4")
+    assert plan.message.startswith("resuming from checkpoint-4 (step 4 of 6); skipped checkpoint-6 (no readable")
+
+
+def hold_output_dir(children, assets: Path, out: Path):
+    """A training run into ``out`` that lasts (many steps); returns the process once it holds the lock."""
+    values = settings(assets, out, max_steps=100000, save_steps=0, eval_steps=0, validation_split=0.0)
+    process = children.Process(target=train_in_child, args=(values, False, None, str(out.parent / "holder.txt")))
+    process.start()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        lock = out / ".lock"
+        if lock.is_file() and str(process.pid) in lock.read_text():
+            return process
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError("the first run never took the lock")
+
+
+def test_second_run_into_a_locked_folder_fails_at_once(assets, tmp_path, children):
+    from causal_qwen.train_config import TrainConfig
+    from causal_qwen.training import run_training
+
+    out = tmp_path / "shared"
+    holder = hold_output_dir(children, assets, out)
+    try:
+        begin = time.perf_counter()
+        with pytest.raises(ValueError, match=rf"in use by another run \(pid {holder.pid} on host "):
+            run_training(TrainConfig(**settings(assets, out)).validate("second"))
+        assert time.perf_counter() - begin < 1.0
+        config = write_config(tmp_path / "c.yaml", settings(assets, out))
+        done = run_cli("train", str(config))
+        assert_one_line_error(done, f"output_dir '{out}' is in use by another run (pid {holder.pid} on host")
+        assert holder.is_alive(), "the first run goes on"
+    finally:
+        holder.kill()
+        holder.join()
+    assert not list(out.glob("checkpoint-*")) and not (out / "final").exists()

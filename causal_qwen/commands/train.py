@@ -36,7 +36,8 @@ def register(subparsers) -> None:
         const=True,
         default=False,
         metavar="CHECKPOINT",
-        help="continue from the last checkpoint in OUTPUT_DIR (or from the CHECKPOINT folder given)",
+        help="continue from the newest complete checkpoint in OUTPUT_DIR (or from the CHECKPOINT folder given); "
+        "says which; a finished run is left as it is",
     )
     parser.set_defaults(func=run)
 
@@ -46,17 +47,28 @@ def run(args: argparse.Namespace) -> int:
     from ..training import run_training
 
     config = load_train_config(args.config, args.overrides)
-    result = run_training(config, resume=args.resume)
-    if int(os.environ.get("RANK", "0")) != 0:
+    main_process = int(os.environ.get("RANK", "0")) == 0
+
+    def report(message: str) -> None:
+        if main_process:
+            print(message, flush=True)
+
+    result = run_training(config, resume=args.resume, report=report)
+    if not main_process or not result.trained:
         return 0
     steps = [r for r in read_metrics(result.metrics_file) if "loss" in r] if result.metrics_file.is_file() else []
-    print(f"trained {result.global_step} steps (mean loss {result.train_loss:.4g})")
+    mean = f" (mean loss {result.train_loss:.4g})" if result.train_loss is not None else ""
+    print(f"trained {result.global_step} steps{mean}")
     if steps:
         last = steps[-1]
-        parts = ", ".join(f"{key} {last[key]:.4g}" for key in ("loss", "cls_loss", "reg_loss") if key in last)
+        parts = ", ".join(f"{key} {_figure(last[key])}" for key in ("loss", "cls_loss", "reg_loss") if key in last)
         print(f"last logged step {last['step']}: {parts}")
     print(f"metrics: {result.metrics_file}")
     if result.adapter_dir is not None:
         print(f"adapter: {result.adapter_dir}")
     print(f"model:   {result.final_dir}")
     return 0
+
+
+def _figure(value) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "n/a"
