@@ -46,11 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not args.verbose:
+        _quiet_loading_bars()
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"causal-qwen {args.command}: error: {error}", file=sys.stderr)
         return 2
+
+
+def _quiet_loading_bars() -> None:
+    """No "Loading weights" / "Writing model shards" bars from transformers (training's step bar stays)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":

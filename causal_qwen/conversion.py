@@ -57,6 +57,10 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
     if path.is_file() and path.suffix == ".gguf":
         return Qwen2ForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
     if gguf_file is not None:
+        if not path.exists():
+            from .hub import check_hub_id
+
+            check_hub_id(name)
         return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
     if path.is_dir():
         check_qwen_folder(path)
@@ -68,6 +72,9 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
             f"unknown base {name!r}: not a preset ({', '.join(presets.preset_names())}), not an existing folder "
             "or .gguf file, and not a hub id of the form 'owner/name'"
         )
+    from .hub import check_hub_id
+
+    check_hub_id(name)
     try:
         return Qwen2ForCausalLM.from_pretrained(name, **kwargs)
     except OSError as error:

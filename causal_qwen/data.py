@@ -44,12 +44,15 @@ _SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".cs
 @dataclass(frozen=True)
 class Document:
     """One training text. ``row``: 1-based data row (JSONL/text: line number); ``split_value``: the row's
-    value in the split column, or None."""
+    value in the split column, or None. With a ``target`` field: ``target_ordinal``, the index among the
+    text's numbers of the number the field renders as, and ``target_value``, its value (else None)."""
 
     text: str
     source: str
     row: int
     split_value: Any = None
+    target_ordinal: int | None = None
+    target_value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class DataSource:
     skip_bad_rows: bool = False
     text_unit: str = "line"
     split_by: str | None = None
+    target: str | None = None
+    """A template field holding the number to score (its place in each text is recorded on the documents)."""
 
 
 class BadRow(ValueError):
@@ -301,12 +306,14 @@ def _rows_to_documents(
     if source.split_by is not None and columns is not None:
         _check_columns(path, columns, [source.split_by], what="split_by column")
 
+    target = _target_renderer(source, renderer)
     documents, skipped = [], 0
     for index, (line, row) in enumerate(rows, start=1):
         where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: line {line}"
         try:
             text = renderer.render(row, where) if renderer is not None else _text_field(row, source.text_field, where)
             split_value = _split_value(row, source.split_by, where)
+            ordinal, value = target.locate(row, where) if target is not None else (None, None)
         except BadRow as error:
             if not source.skip_bad_rows:
                 raise
@@ -314,10 +321,58 @@ def _rows_to_documents(
             if skipped <= 5:
                 logger.warning("skipping: %s", error)
             continue
-        documents.append(Document(text=text, source=str(path), row=index if is_csv else line, split_value=split_value))
+        documents.append(Document(text=text, source=str(path), row=index if is_csv else line, split_value=split_value,
+                                  target_ordinal=ordinal, target_value=value))
     if skipped:
         logger.warning("%s: skipped %d bad rows of %d", path, skipped, len(rows))
     return documents
+
+
+class TargetLocator:
+    """Where a template field's number sits among a rendered text's numbers: the template up to the field's
+    first placeholder is rendered with the row, and its numbers counted (`causal_qwen.numbers`)."""
+
+    def __init__(self, template: str, target: str, numeric_fields: Sequence[str]) -> None:
+        self.target = target
+        self.prefix = template_prefix(template, target)
+        prefix_fields = template_fields(self.prefix) if _has_fields(self.prefix) else []
+        self.renderer = TemplateRenderer(self.prefix, [f for f in numeric_fields if f in prefix_fields]) \
+            if prefix_fields else None
+
+    def locate(self, row: dict[str, Any], where: str) -> tuple[int, float]:
+        """``(ordinal, value)`` of the target's number in the row's text."""
+        from .numbers import find_numbers
+
+        value = parse_number(row.get(self.target))
+        if value is None:
+            raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
+        text = self.renderer.render(row, where) if self.renderer is not None else self.prefix
+        return len(find_numbers(text)), value
+
+
+def template_prefix(template: str, field: str) -> str:
+    """The part of ``template`` before the first placeholder of ``field`` (a format string itself)."""
+    pieces = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        pieces.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name is None:
+            continue
+        if name.split(".")[0].split("[")[0] == field:
+            return "".join(pieces)
+        pieces.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    raise ValueError(f"the target field '{field}' is not a field of the template {template!r}")
+
+
+def _has_fields(template: str) -> bool:
+    return any(name is not None for _, name, _, _ in string.Formatter().parse(template))
+
+
+def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> TargetLocator | None:
+    if source.target is None:
+        return None
+    if renderer is None:
+        raise ValueError(f"target '{source.target}' needs a template naming it (the text comes from a template)")
+    return TargetLocator(source.template, source.target, renderer.numeric_fields)
 
 
 def _csv_columns(path: Path) -> list[str]:

@@ -343,20 +343,66 @@ def _safe_exp(value: float) -> float:
 
 
 @dataclass
+class TargetNumbers:
+    """The number each document's target field renders as. ordinal, value: (D,) — its index among the
+    document's numbers and the field's value (`causal_qwen.data.Document.target_ordinal`)."""
+
+    field: str
+    ordinal: Tensor
+    value: Tensor
+
+    @classmethod
+    def from_documents(cls, documents, target: str | None) -> "TargetNumbers | None":
+        """From documents read with a ``target`` (None when there is none or a document lacks it)."""
+        if target is None or not documents or any(doc.target_ordinal is None for doc in documents):
+            return None
+        ordinal = torch.tensor([doc.target_ordinal for doc in documents], dtype=torch.long)
+        value = torch.tensor([doc.target_value for doc in documents], dtype=torch.float64)
+        return cls(target, ordinal, value)
+
+
+def select_target(numbers: NumberPredictions, target: TargetNumbers) -> NumberPredictions:
+    """The predictions at each document's target number, checked against the field's value (``ValueError``
+    when the template's text around the field splits or joins numbers, so the place is not the field's)."""
+    keep = numbers.ordinal == target.ordinal[numbers.document]  # (M,)
+    picked = numbers.subset(keep)
+    expected = target.value[picked.document]  # (K,)
+    wrong = ~torch.isclose(picked.value, expected, rtol=1e-9, atol=0.0)
+    if bool(wrong.any()):
+        first = int(wrong.nonzero()[0, 0])
+        raise ValueError(
+            f"document {int(picked.document[first])}: the number where target field '{target.field}' should be "
+            f"is {float(picked.value[first]):g}, not the field's value {float(expected[first]):g} (the template's "
+            "text around the field splits or joins numbers); pass --number-index or --all-numbers instead"
+        )
+    missing = target.ordinal.numel() - len(picked)
+    if missing:
+        logger.warning("%d of %d documents lost their target number '%s' to max_length", missing,
+                       target.ordinal.numel(), target.field)
+    return picked
+
+
+@dataclass
 class Evaluation:
-    """What `evaluate_batches` found: the language totals and every number prediction."""
+    """What `evaluate_batches` found: the language totals and every number prediction (and, when the documents
+    were read with a target field, where its number sits in each: ``target``)."""
 
     tokens: TokenTotals = field(default_factory=TokenTotals)
     numbers: NumberPredictions = field(default_factory=NumberPredictions.empty)
     documents: int = 0
     language: bool = True
     bits: "TextBits | None" = None
+    target: TargetNumbers | None = None
 
     def metrics(
-        self, number_index: int | None = None, levels: Iterable[float] = CALIBRATION_LEVELS, metric_set: str = "auto"
+        self, number_index: int | None = None, levels: Iterable[float] = CALIBRATION_LEVELS, metric_set: str = "auto",
+        all_numbers: bool = False,
     ) -> dict[str, Any]:
         """The flat metrics dictionary (JSON-ready). ``metric_set``: ``"language"``, ``"numbers"``, ``"all"``
-        (both; the number part must exist) or ``"auto"`` (numbers only when there are some)."""
+        (both; the number part must exist) or ``"auto"`` (numbers only when there are some). Number metrics
+        cover the ``number_index``-th number of each document when given (``ValueError`` when no document has
+        one), else the target field's number when there is a ``target`` and not ``all_numbers``, else every
+        number."""
         if metric_set not in METRIC_SETS:
             raise ValueError(f"metric set must be one of {METRIC_SETS}, got {metric_set!r}")
         result: dict[str, Any] = {"documents": self.documents}
@@ -367,7 +413,7 @@ class Evaluation:
             if self.bits is not None:
                 result.update(self.bits.metrics())
         if metric_set != "language":
-            selected = self.numbers.select(number_index)
+            selected = self.selected_numbers(number_index, all_numbers)
             if len(selected) == 0 and metric_set != "auto":
                 where = "" if number_index is None else f" at number index {number_index}"
                 raise ValueError(
@@ -377,7 +423,66 @@ class Evaluation:
             if len(selected):
                 result.update(number_metrics(selected, levels))
                 result["number_index"] = number_index
+                if number_index is None and self.target is not None and not all_numbers:
+                    result["number_target"] = self.target.field
         return result
+
+    def selected_numbers(self, number_index: int | None = None, all_numbers: bool = False) -> NumberPredictions:
+        """The numbers `metrics` scores (see there)."""
+        if number_index is not None:
+            selected = self.numbers.select(number_index)
+            if len(selected) == 0:
+                raise ValueError(self._index_out_of_range(number_index))
+            return selected
+        if self.target is not None and not all_numbers:
+            return select_target(self.numbers, self.target)
+        return self.numbers
+
+    def _index_out_of_range(self, number_index: int) -> str:
+        if len(self.numbers) == 0:
+            return (f"--number-index {number_index}: the data has no numbers (no <NUM> targets among "
+                    f"{self.tokens.count} target tokens)")
+        most = int(self.numbers.ordinal.max()) + 1
+        return (f"--number-index {number_index} is out of range: the documents hold at most {most} numbers each "
+                f"(0..{most - 1} from the start, -1..-{most} from the end)")
+
+
+# Figures that exist whenever their part was measured (tokens, bytes or numbers counted): one that is NaN or
+# infinite means the model's outputs are not finite. Other figures may be undefined (the Spearman of equal
+# scales, a MAPE without a non-zero value) and are then written as null.
+FINITE_FIGURES = {
+    "token_count": ("nll", "perplexity", "token_accuracy_softmax", "token_accuracy_ovr", "ovr_target_prob",
+                    "ovr_prob_sum", "ovr_perplexity"),
+    "text_bytes": ("bits_per_byte", "text_bits"),
+    "num_count": ("num_mdae", "num_nll", "num_log_score", "num_median_scale", "coverage_50", "coverage_90"),
+}
+
+
+def checked_metrics(metrics: dict[str, Any], source: str = "the model") -> dict[str, Any]:
+    """``metrics`` ready for strict JSON: ``ValueError`` naming the figures when one of `FINITE_FIGURES` is NaN
+    or infinite (the outputs of ``source`` are not finite: damaged weights, a diverged run); any other
+    non-finite figure (undefined) becomes None."""
+    broken = [
+        f"{key} {metrics[key]}"
+        for count_key, keys in FINITE_FIGURES.items()
+        if metrics.get(count_key)
+        for key in keys
+        if isinstance(metrics.get(key), float) and not math.isfinite(metrics[key])
+    ]
+    if broken:
+        raise ValueError(f"{source} gives non-finite figures ({', '.join(broken)}): its outputs are NaN or "
+                         "infinite (damaged weights, or a training run that diverged)")
+    return {key: _finite_or_none(value) for key, value in metrics.items()}
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite_or_none(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    return value
 
 
 @torch.no_grad()
@@ -538,9 +643,11 @@ def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
 class EvalData:
     """How to read the evaluation documents (`causal_qwen.data` does the reading).
 
-    path: JSONL, text or CSV file (or ``vega:NAME``); template / text_field / text_unit: as in
-    `causal_qwen.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
-    ``>= split_at`` (the held-out part of a split by date); max_length: tokens per document (longer are cut).
+    path: JSONL, text or CSV file (or ``vega:NAME``); template / text_field / text_unit / numeric_fields: as
+    in `causal_qwen.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
+    ``>= split_at`` (the held-out part of a split by date); validation_split (+ seed, or with split_by): the
+    validation side of training's split by fraction; max_length: tokens per document (longer are cut);
+    target: a template field whose number the number metrics score.
     """
 
     path: str
@@ -551,21 +658,29 @@ class EvalData:
     split_at: Any = None
     max_length: int = 512
     add_eos: bool = True
+    numeric_fields: tuple[str, ...] | None = None
+    validation_split: float = 0.0
+    seed: int = 0
+    target: str | None = None
 
 
 def load_documents(spec: EvalData) -> list:
     """The `Document`s to evaluate (only the held-out side when ``split_at`` is given)."""
     from .data import DataSource, SplitSpec, read_documents, split_documents
 
-    if (spec.split_by is None) != (spec.split_at is None):
-        raise ValueError("split_by and split_at go together (evaluate rows whose split_by value is >= split_at)")
+    if spec.split_by is not None and spec.split_at is None and not spec.validation_split:
+        raise ValueError("split_by needs split_at (evaluate rows whose split_by value is >= split_at)")
+    if spec.split_at is not None and spec.split_by is None:
+        raise ValueError("split_at needs split_by (evaluate rows whose split_by value is >= split_at)")
     source = DataSource(
         path=spec.path, template=spec.template, text_field=spec.text_field, text_unit=spec.text_unit,
-        split_by=spec.split_by,
+        split_by=spec.split_by, numeric_fields=spec.numeric_fields, target=spec.target,
     )
     documents = read_documents(source)
-    if spec.split_by is not None:
-        _, documents = split_documents(documents, SplitSpec(split_by=spec.split_by, split_at=spec.split_at))
+    if spec.split_by is not None or spec.validation_split:
+        split = SplitSpec(fraction=spec.validation_split if spec.split_at is None else 0.0, split_by=spec.split_by,
+                          split_at=spec.split_at, seed=spec.seed)
+        _, documents = split_documents(documents, split)
     return documents
 
 
@@ -587,9 +702,11 @@ def evaluate_documents(
     keep_individuals: bool = False,
     language: bool = True,
     bits: bool = False,
+    target: str | None = None,
 ) -> Evaluation:
     """Tokenize ``documents`` (with `causal_qwen.collator`), pad them right in batches and evaluate.
-    ``bits``: also `text_bits` of the documents' whole texts (not cut at ``max_length``), with language."""
+    ``bits``: also `text_bits` of the documents' whole texts (not cut at ``max_length``), with language.
+    ``target``: the field the documents were read with a target for (number metrics then score it)."""
     from .collator import NumericCollator, tokenize_documents
 
     examples = tokenize_documents(documents, tokenizer, max_length=max_length, add_eos=add_eos)
@@ -598,6 +715,7 @@ def evaluate_documents(
     evaluation = evaluate_batches(
         model, iterate_batches(examples, collator, batch_size), keep_individuals=keep_individuals, language=language
     )
+    evaluation.target = TargetNumbers.from_documents(documents, target)
     if bits and language:
         evaluation.bits = text_bits(model, tokenizer, [doc.text for doc in documents], batch_size=batch_size)
     return evaluation
@@ -611,7 +729,7 @@ def evaluate_data(
     documents = load_documents(spec)
     return evaluate_documents(
         model, tokenizer, documents, batch_size=batch_size, max_length=spec.max_length, add_eos=spec.add_eos,
-        keep_individuals=keep_individuals, language=language, bits=bits,
+        keep_individuals=keep_individuals, language=language, bits=bits, target=spec.target,
     )
 
 

@@ -1,4 +1,9 @@
-"""Finding the tokenizer and model that go with a name given on the command line or in a config."""
+"""Finding the tokenizer and model that go with a name given on the command line or in a config.
+
+Weights are checked on load: a damaged ``.safetensors`` file (truncated, bad header) or a tensor holding NaN or
+infinite values raises ``ValueError`` naming the file, rather than a traceback or a model that scores NaN.
+A hub id that is neither cached nor reachable fails at once (`causal_qwen.hub`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 
 from . import presets
 from .conversion import check_qwen_folder
+from .hub import check_hub_id, looks_like_hub_id
 
 
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
@@ -22,6 +28,8 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
         return NumericTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     if path.is_dir() and gguf_file is None:
         check_qwen_folder(path)
+    if not path.exists() and looks_like_hub_id(os.fspath(base)):
+        check_hub_id(os.fspath(base))
     return NumericTokenizer.from_pretrained(os.fspath(base), gguf_file=gguf_file)
 
 
@@ -43,17 +51,85 @@ def check_causal_qwen_folder(path: Path) -> None:
 
 def load_model_and_tokenizer(model_dir: str | None = None, base: str | None = None, gguf_file: str | None = None):
     """``(CausalQwenForCausalLM, NumericTokenizer)`` from a converted folder, or converted on the fly from a base."""
-    from .modeling import CausalQwenForCausalLM
     from .tokenizer import NumericTokenizer
 
     if (model_dir is None) == (base is None):
         raise ValueError("give exactly one of a model folder (--model) or a base (--base)")
     if model_dir is not None:
-        path = Path(model_dir)
-        check_causal_qwen_folder(path)
-        model = CausalQwenForCausalLM.from_pretrained(model_dir)
+        model = load_causal_model(model_dir)
         return model.eval(), NumericTokenizer.from_pretrained(model_dir)
     return convert_base(base, gguf_file=gguf_file)
+
+
+def load_causal_model(model_dir: str | os.PathLike, **overrides):
+    """`CausalQwenForCausalLM.from_pretrained` of a converted folder, its weight files checked before and its
+    tensors after (``ValueError`` naming the file when one is damaged or holds NaN/inf)."""
+    from .modeling import CausalQwenForCausalLM
+
+    path = Path(model_dir)
+    check_causal_qwen_folder(path)
+    check_weight_files(path)
+    try:
+        model = CausalQwenForCausalLM.from_pretrained(str(path), **overrides)
+    except Exception as error:  # safetensors' errors are not OSError/ValueError
+        if type(error).__name__ != "SafetensorError":
+            raise
+        raise ValueError(f"model folder {str(path)!r}: damaged weights ({_first_line(error)})") from error
+    check_finite_weights(model, path)
+    return model
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The ``.safetensors`` files of a model folder."""
+    return sorted(folder.glob("*.safetensors"))
+
+
+def check_weight_files(folder: Path) -> None:
+    """``ValueError`` naming the file when a ``.safetensors`` file of ``folder`` cannot be read (a truncated
+    file, a damaged header)."""
+    from safetensors import safe_open
+
+    for file in weight_files(folder):
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                handle.keys()
+        except Exception as error:  # SafetensorError
+            raise ValueError(
+                f"weights file {str(file)!r} is damaged ({_first_line(error)}); write the model again "
+                "(convert, or train's final/)"
+            ) from error
+
+
+def check_finite_weights(model, folder: Path) -> None:
+    """``ValueError`` naming the file and tensor when a weight of ``model`` (loaded from ``folder``) holds NaN
+    or infinite values."""
+    import torch
+
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(
+                f"weights file {str(_file_holding(folder, name))!r}: tensor {name!r} holds {bad:,} NaN/infinite "
+                f"values of {tensor.numel():,} (a damaged file, or a training run that diverged)"
+            )
+
+
+def _file_holding(folder: Path, tensor_name: str) -> Path:
+    """The weight file of ``folder`` that stores ``tensor_name`` (by the shard index when there is one)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shard = json.loads(index.read_text()).get("weight_map", {}).get(tensor_name)
+        except json.JSONDecodeError:
+            shard = None
+        if shard:
+            return folder / shard
+    files = weight_files(folder)
+    return files[0] if len(files) == 1 else folder
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def convert_base(base, gguf_file: str | None = None, **overrides):

@@ -63,6 +63,9 @@ class TrainConfig:
     add_eos: bool = True
     max_eval_samples: int | None = None
     """Evaluate on at most this many validation examples (the first ones)."""
+    target: str | None = None
+    """A template field holding the number that matters (e.g. ``temp_max``): ``causal-qwen eval`` reading this
+    config (``--config``, or the run's saved ``train_config.yaml``) scores it by default."""
 
     # ---- output --------------------------------------------------------------------------------------------
     output_dir: str = "runs/causal-qwen"
@@ -167,6 +170,12 @@ class TrainConfig:
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", "must be >= 1")
         need(self.monitor_positions >= 0, "monitor_positions", "must be >= 0")
         need(self.max_eval_samples is None or self.max_eval_samples >= 1, "max_eval_samples", "must be >= 1")
+        need(self.target is None or self.template is not None, "target", "needs a template naming it")
+        if self.target is not None:
+            from .data import template_fields
+
+            fields = template_fields(self.template)
+            need(self.target in fields, "target", f"must be a field of the template ({', '.join(fields)})")
         _check_model_config(source, self.model_config)
         return self
 

@@ -248,12 +248,12 @@ def is_causal_qwen_folder(path: str) -> bool:
 
 def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalLM, Any]:
     """The model named by ``config.model`` (a converted folder, or a Qwen2 base converted now) and its tokenizer."""
-    from .loading import convert_base
+    from .loading import convert_base, load_causal_model
     from .tokenizer import NumericTokenizer
 
     tokenizer = NumericTokenizer.from_pretrained(config.tokenizer) if config.tokenizer else None
     if is_causal_qwen_folder(config.model):
-        model = CausalQwenForCausalLM.from_pretrained(config.model, **config.model_config)
+        model = load_causal_model(config.model, **config.model_config)
         tokenizer = tokenizer or NumericTokenizer.from_pretrained(config.model)
     elif tokenizer is not None:
         overrides = {"num_token_id": tokenizer.num_token_id, **config.model_config}

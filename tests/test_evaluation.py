@@ -266,9 +266,11 @@ def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 3
     for key in ("perplexity", "token_accuracy_ovr", "token_accuracy_softmax", "num_mdae", "num_mape", "num_nll",
-                "num_log_score", "coverage_50", "coverage_90", "num_tail_ratio", "num_scale_error_spearman",
-                "bits_per_byte", "number_bits_per_byte"):
+                "num_log_score", "coverage_50", "coverage_90", "num_tail_ratio", "bits_per_byte",
+                "number_bits_per_byte"):
         assert isinstance(metrics[key], float)
+    # strict JSON: the Spearman of three equal scales is undefined and written as null, never NaN
+    assert metrics["num_scale_error_spearman"] is None or isinstance(metrics["num_scale_error_spearman"], float)
     assert len(metrics["calibration"]) == 10
     texts = ["Day 1: high 10.5 C.", "Day 2: high 11.0 C.", "Day 3: high 12.5 C."]
     assert metrics["text_bytes"] == sum(len(t.encode()) for t in texts)

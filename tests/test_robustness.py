@@ -66,20 +66,38 @@ def test_command_choices_match_the_library():
     assert generate_command.MODES == MODES
 
 
-# ---- shared assets: a tiny converted model with the real vocabulary, a 48-row CSV ---------------------------
+# ---- shared assets: a tiny model over a byte-level vocabulary, a 48-row CSV ---------------------------------
 TEMPLATE = "Day {day}: the value was {value} units."
-QWEN25_ROWS = 151936
+
+
+def byte_level_tokenizer():
+    """A `NumericTokenizer` over 256 byte tokens + <|endoftext|> (<NUM> appended as id 257): it loads in
+    milliseconds, so that the many short runs below spend their time training and writing checkpoints."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    from causal_qwen.tokenizer import NumericTokenizer
+
+    vocab = {char: index for index, char in enumerate(sorted(set(bytes_to_unicode().values())))}
+    vocab["<|endoftext|>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return NumericTokenizer(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>"))
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    """``converted/`` (a width-16 CausalQwen without conversion-time calibration: fast to load) and ``data.csv``."""
+    """``converted/`` (a width-16 CausalQwen of 258 rows, no conversion-time calibration) and ``data.csv``."""
     from causal_qwen.loading import convert_base
 
     from .conftest import small_qwen
 
     root = tmp_path_factory.mktemp("robustness_assets")
-    small_qwen(tied=True, vocab_size=QWEN25_ROWS, hidden_size=16).save_pretrained(root / "base")
+    tokenizer = byte_level_tokenizer()
+    small_qwen(tied=True, vocab_size=len(tokenizer), hidden_size=16).save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
     model, tokenizer = convert_base(str(root / "base"), ovr_calibration="none")
     model.save_pretrained(root / "converted")
     tokenizer.save_pretrained(root / "converted")
@@ -89,13 +107,13 @@ def assets(tmp_path_factory) -> Path:
 
 
 def settings(assets: Path, out: Path, **overrides) -> dict:
-    """Six fast steps (frozen backbone, 64 sampled negatives), a checkpoint every 2, evaluation at 3 and 6."""
+    """Six fast steps (frozen backbone), a checkpoint every 2 (the last 2 kept), evaluation at 3 and 6."""
     values = dict(
         model=str(assets / "converted"), data=str(assets / "data.csv"), template=TEMPLATE, output_dir=str(out),
-        seed=0, max_steps=6, batch_size=2, max_length=16, learning_rate=1e-2, lr_scheduler_type="linear",
+        seed=0, max_steps=6, batch_size=2, max_length=48, learning_rate=1e-2, lr_scheduler_type="linear",
         warmup_steps=0, logging_steps=1, validation_split=0.1, eval_steps=3, max_eval_samples=2, save_steps=2,
         save_total_limit=2, report_to=["none"], progress_bar=False, monitor_positions=0, freeze_backbone=True,
-        model_config={"ovr_negatives": 64},
+        model_config={"ovr_negatives": 64}, target="value",
     )
     values.update(overrides)
     return values
@@ -212,8 +230,8 @@ def resume_until_done(children, values: dict, messages: Path, rng: random.Random
 
 @pytest.mark.slow
 def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path, children):
-    """22 runs: 8 killed at fixed points inside checkpoint and final writes, 14 at random moments (half of
-    whose resumes are killed again); each resumes to the uninterrupted run's exact weights and metrics."""
+    """22 killed runs: 8 at fixed points inside checkpoint and final writes, the others at random moments (half
+    of whose resumes are killed again); each resumes to the uninterrupted run's exact weights and metrics."""
     reference_dir = tmp_path / "reference"
     assert run_child(children, settings(assets, reference_dir), False, tmp_path / "reference.txt", kill_after=120) == 0
     begin = time.time()  # a second uninterrupted run (the fork server now warm) times the kill window
@@ -221,16 +239,17 @@ def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path,
     assert run_child(children, settings(assets, timed), False, tmp_path / "timed.txt", kill_after=120) == 0
     assert all(torch_equal(final_weights(timed)[name], t) for name, t in final_weights(reference_dir).items())
     # Random kills fall between a little before the run touches its folder and the end of the run.
-    window = (0.8 * ((timed / "train_config.yaml").stat().st_mtime - begin), time.time() - begin)
+    window = (0.8 * ((timed / "train_config.yaml").stat().st_mtime - begin), 0.9 * (time.time() - begin))
     reference = final_weights(reference_dir)
     reference_train, reference_eval = metric_steps(reference_dir)
     assert [r["step"] for r in reference_train] == [1, 2, 3, 4, 5, 6] and reference_eval == [3, 6]
     assert checkpoint_steps(reference_dir) == [4, 6]
 
     rng = random.Random(14)
-    scenarios = [(fault, None) for fault in FAULTS] + [(None, rng.uniform(*window)) for _ in range(14)]
     interrupted = 0
-    for index, (fault, delay) in enumerate(scenarios):
+    for index, (fault, delay) in enumerate(kill_scenarios(rng, window)):
+        if interrupted >= KILLED_RUNS:
+            break
         values = settings(assets, tmp_path / f"run{index}")
         messages = tmp_path / f"run{index}.txt"
         code = run_child(children, values, False, messages, fault=fault, kill_after=delay if fault is None else 120)
@@ -254,7 +273,19 @@ def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path,
     for phrase in ("resuming from checkpoint-2 ", "resuming from checkpoint-4 ", "starting from step 0",
                    "writing final/ from checkpoint-6", "already finished at step 6"):
         assert phrase in said, phrase
-    assert interrupted >= 20, interrupted
+    assert interrupted >= KILLED_RUNS, interrupted
+
+
+KILLED_RUNS = 22
+
+
+def kill_scenarios(rng: random.Random, window: tuple[float, float], most: int = 40):
+    """``(fault, None)`` for each of `FAULTS`, then ``(None, delay)`` with random delays (the caller stops once
+    enough runs were killed; a run may end before its delay)."""
+    for fault in FAULTS:
+        yield fault, None
+    for _ in range(most - len(FAULTS)):
+        yield None, rng.uniform(*window)
 
 
 def torch_equal(a, b) -> bool:
@@ -376,3 +407,84 @@ def test_second_run_into_a_locked_folder_fails_at_once(assets, tmp_path, childre
         holder.kill()
         holder.join()
     assert not list(out.glob("checkpoint-*")) and not (out / "final").exists()
+
+
+# ---- date splits -------------------------------------------------------------------------------------------
+def test_date_split_parses_dates_and_reports_sizes(tmp_path, finished_run):
+    import datetime
+
+    from causal_qwen.data import DataSource, SplitSpec, read_documents, split_documents
+
+    stocks = read_documents(DataSource(path="vega:stocks.csv", template="{symbol} {price}", split_by="date"))
+    for split_at in ("Jan 1 2009", "2009-01-01", datetime.date(2009, 1, 1)):
+        train, valid = split_documents(stocks, SplitSpec(split_by="date", split_at=split_at))
+        assert (len(train), len(valid)) == (485, 75), split_at  # 2009-2010 of five symbols; text order gave 227/333
+        assert all(doc.split_value.endswith(("2009", "2010")) for doc in valid)
+    table = tmp_path / "t.csv"
+    table.write_text("date,v\n2012-01-01,1\n2012-01-02,2\nsoon,3\n2012-01-04,4\n", encoding="utf-8")
+    documents = read_documents(DataSource(path=str(table), template="{v}", split_by="date"))
+    with pytest.raises(ValueError, match=r"row 3: split_by column 'date' holds 'soon', which is not a date"):
+        split_documents(documents, SplitSpec(split_by="date", split_at="2012-01-03"))
+    with pytest.raises(ValueError, match=r"split_at 'next year' is not a date"):
+        split_documents(stocks, SplitSpec(split_by="date", split_at="next year"))
+    said = (finished_run.parent / "messages.txt").read_text()
+    assert "data: 43 training and 5 validation documents (a random 10% of the rows; evaluating the first 2)" in said
+
+
+# ---- damaged weights, non-finite figures, number index, eval settings from the run ----------------------------
+def damaged_copy(finished_run: Path, tmp_path: Path, how: str) -> Path:
+    """A copy of the run's final/ with its model.safetensors truncated or its tensor bytes replaced by noise."""
+    import shutil
+
+    folder = tmp_path / how
+    shutil.copytree(finished_run / "final", folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    if how == "truncated":
+        weights.write_bytes(data[: len(data) // 2])
+    else:
+        header = 8 + int.from_bytes(data[:8], "little")
+        weights.write_bytes(data[:header] + random.Random(0).randbytes(len(data) - header))
+    return folder
+
+
+@pytest.mark.parametrize("how", ["truncated", "noise"])
+def test_damaged_weights_are_one_line_errors(finished_run, assets, tmp_path, capsys, how):
+    folder = damaged_copy(finished_run, tmp_path, how)
+    line = cli_error(capsys, "eval", "--model", str(folder), "--data", str(assets / "data.csv"), "--template", TEMPLATE)
+    assert f"weights file '{folder / 'model.safetensors'}'" in line
+    assert ("is damaged" in line) if how == "truncated" else ("NaN/infinite values" in line)
+
+
+def test_non_finite_figures_are_errors_and_undefined_ones_null():
+    from causal_qwen.evaluation import checked_metrics
+
+    with pytest.raises(ValueError, match=r"model 'm' gives non-finite figures \(perplexity inf, ovr_prob_sum nan\)"):
+        checked_metrics({"token_count": 9, "perplexity": float("inf"), "ovr_prob_sum": float("nan")}, "model 'm'")
+    fine = checked_metrics({"num_count": 3, "num_mdae": 1.0, "num_scale_error_spearman": float("nan"),
+                            "calibration": [{"nominal": 0.5, "empirical": float("nan")}]})
+    assert fine["num_scale_error_spearman"] is None and fine["calibration"][0]["empirical"] is None
+    json.dumps(fine, allow_nan=False)
+
+
+def test_number_index_out_of_range_is_an_error(finished_run, assets, capsys):
+    line = cli_error(capsys, "eval", "--model", str(finished_run / "final"), "--data", str(assets / "data.csv"),
+                     "--metrics", "numbers", "--number-index", "9")
+    assert "--number-index 9 is out of range: the documents hold at most 2 numbers each (0..1 from the start" in line
+
+
+def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path, capsys):
+    from causal_qwen.cli import main as cli_main
+
+    report = tmp_path / "m.json"
+    assert cli_main(["eval", "--model", str(finished_run / "final"), "--metrics", "numbers", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert f"settings from {finished_run / 'train_config.yaml'}" in out and "target value" in out
+    assert "training's validation rows (10%)" in out
+    assert any(line.startswith("numbers scored: the target field") and line.endswith(" value") for line in out.splitlines())
+    metrics = json.loads(report.read_text())
+    assert metrics["documents"] == 5 and metrics["num_count"] == 5 and metrics["number_target"] == "value"
+    assert cli_main(["eval", "--config", str(finished_run / "train_config.yaml"), "--model", str(finished_run / "final"),
+                     "--metrics", "numbers", "--all-numbers", "--json", str(report)]) == 0
+    metrics = json.loads(report.read_text())
+    assert metrics["num_count"] == 10 and "number_target" not in metrics  # day and value of 5 documents

@@ -28,8 +28,12 @@ def run(args: argparse.Namespace) -> int:
     from ..loading import convert_base
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file, not a folder; name a new or empty folder")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"output folder {str(out)!r} is not empty")
+    if any(parent.exists() and not parent.is_dir() for parent in out.parents):
+        raise ValueError(f"--out {str(out)!r} cannot be created: a parent of it is a file")
     model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, seed=args.seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

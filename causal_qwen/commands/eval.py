@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 # The metric sets of `causal_qwen.evaluation.METRIC_SETS` (spelled here so that --help imports no torch).
@@ -36,8 +37,10 @@ def register(subparsers) -> None:
         "--number-index",
         type=int,
         default=None,
-        help="number metrics on the k-th number of each document only (0 the first, -1 the last); default all",
+        help="number metrics on the k-th number of each document only (0 the first, -1 the last); default: the "
+        "target field's number when there is a target, else all",
     )
+    parser.add_argument("--all-numbers", action="store_true", help="number metrics on every number, target or not")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the metrics as JSON ('-': stdout)")
     parser.set_defaults(func=run)
 
@@ -50,22 +53,86 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="JSONL, text or CSV file (or vega:NAME)")
+    parser.add_argument(
+        "--config", default=None, metavar="TRAIN.yaml",
+        help="training config whose data, template, split (the held-out rows) and target to use; default: the "
+        "train_config.yaml that training saved beside --model (in it or its parent folder), if any",
+    )
+    parser.add_argument("--data", default=None, help="JSONL, text or CSV file (or vega:NAME); default: the config's")
     parser.add_argument("--template", default=None, help="format string turning each CSV/JSONL row into text")
-    parser.add_argument("--text-field", default="text", help="JSONL/CSV field holding the text (default 'text')")
-    parser.add_argument("--text-unit", choices=("line", "block"), default="line", help="plain text: documents per")
+    parser.add_argument("--text-field", default=None, help="JSONL/CSV field holding the text (default 'text')")
+    parser.add_argument("--text-unit", choices=("line", "block"), default=None, help="plain text: documents per")
     parser.add_argument("--split-by", default=None, help="column to split by (with --split-at)")
     parser.add_argument("--split-at", default=None, help="evaluate only rows whose --split-by value is >= this")
-    parser.add_argument("--max-length", type=int, default=512, help="tokens per document (default 512)")
+    parser.add_argument("--target", default=None, help="template field whose number the number metrics score")
+    parser.add_argument("--max-length", type=int, default=None, help="tokens per document (default 512)")
+
+
+def find_train_config(args: argparse.Namespace) -> Path | None:
+    """``--config``, else the ``train_config.yaml`` in the ``--model`` folder or its parent (a run's
+    ``final/`` or ``checkpoint-N``), else None."""
+    if args.config is not None:
+        return Path(args.config)
+    if getattr(args, "model", None):
+        for folder in (Path(args.model), Path(args.model).parent):
+            if (folder / "train_config.yaml").is_file():
+                return folder / "train_config.yaml"
+    return None
 
 
 def data_spec(args: argparse.Namespace):
+    """The `EvalData` of the command line, completed from the training config (`find_train_config`): data,
+    template, text field/unit, numeric fields, max_length and target; its split (the validation rows) when the
+    data is the config's. Explicit options win. Tells on stderr which settings came from where."""
     from ..evaluation import EvalData
+    from ..train_config import load_train_config
 
-    return EvalData(
-        path=args.data, template=args.template, text_field=args.text_field, text_unit=args.text_unit,
-        split_by=args.split_by, split_at=args.split_at, max_length=args.max_length,
+    path = find_train_config(args)
+    config = load_train_config(path) if path is not None else None
+    data = args.data or (config.validation_data or config.data if config is not None else None)
+    if data is None:
+        raise ValueError("--data is required (or --config TRAIN.yaml / a --model folder with its train_config.yaml)")
+    from_config = config is not None and data in (config.data, config.validation_data)
+    split = _config_split(config, data) if from_config and args.split_by is None else {}
+
+    def pick(given, key: str, default):
+        if given is not None:
+            return given
+        return getattr(config, key) if config is not None and getattr(config, key) is not None else default
+
+    spec = EvalData(
+        path=data, template=pick(args.template, "template", None), text_field=pick(args.text_field, "text_field", "text"),
+        text_unit=pick(args.text_unit, "text_unit", "line"), max_length=pick(args.max_length, "max_length", 512),
+        numeric_fields=tuple(config.numeric_fields) if config is not None and config.numeric_fields else None,
+        target=pick(args.target, "target", None), **{"split_by": args.split_by, "split_at": args.split_at, **split},
     )
+    if path is not None:  # on stdout, unless the metrics go there as JSON
+        print(f"settings from {path}: {_describe_spec(spec, split)}",
+              file=sys.stderr if getattr(args, "json", None) == "-" else sys.stdout)
+    return spec
+
+
+def _config_split(config, data: str) -> dict:
+    """The validation side of the config's split, as `EvalData` fields (none for its validation_data file)."""
+    if data == config.validation_data or (config.split_by is None and not config.validation_split):
+        return {}
+    return {"split_by": config.split_by, "split_at": config.split_at, "validation_split": config.validation_split,
+            "seed": config.seed}
+
+
+def _describe_spec(spec, split: dict) -> str:
+    parts = [f"data {spec.path}"]
+    if spec.template:
+        parts.append(f"template {spec.template!r}")
+    if split.get("split_at") is not None:
+        parts.append(f"the rows with {spec.split_by} >= {spec.split_at!r} (training's validation rows)")
+    elif split:
+        parts.append(f"training's validation rows ({spec.validation_split:.0%})")
+    else:
+        parts.append("every row")
+    if spec.target:
+        parts.append(f"target {spec.target}")
+    return ", ".join(parts)
 
 
 def check_writable_file(path: str | None) -> None:
@@ -81,26 +148,29 @@ def check_writable_file(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import evaluate_data
+    from ..evaluation import checked_metrics, evaluate_data
     from ..loading import load_model_and_tokenizer
 
     check_writable_file(args.json)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    spec = data_spec(args)
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
-    result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
+    result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
                            language=args.metrics != "numbers", bits=args.metrics != "numbers")
-    metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics)
+    metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics, all_numbers=args.all_numbers)
+    metrics = checked_metrics(metrics, source=f"model {args.model or args.base!r}")
     metrics["model"] = args.model or args.base
-    metrics["data"] = args.data
+    metrics["data"] = spec.path
+    text = json.dumps(metrics, indent=2, allow_nan=False)
     if args.json == "-":
-        print(json.dumps(metrics, indent=2))
+        print(text)
         return 0
     print(format_metrics(metrics))
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        path.write_text(text + "\n", encoding="utf-8")
         print(f"metrics written to {path}")
     return 0
 
@@ -118,6 +188,7 @@ def format_metrics(metrics: dict) -> str:
         ("bits_per_byte", "bits per byte of the raw text"),
         ("number_bits_per_byte", "bits per byte of the numbers' characters"),
         ("num_count", "number targets"),
+        ("number_target", "numbers scored: the target field"),
         ("num_mdae", "median absolute error of loc_Y"),
         ("num_mape", "MAPE of loc_Y (%)"),
         ("num_log_score", "log score (mean Cauchy NLL)"),
@@ -137,6 +208,8 @@ def format_metrics(metrics: dict) -> str:
 
 
 def _fmt(value) -> str:
+    if value is None:
+        return "n/a"
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
     return str(value)

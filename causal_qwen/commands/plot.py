@@ -53,7 +53,9 @@ def _model_and_data(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_data_arguments(parser)
     parser.add_argument("--number-index", type=int, default=None,
-                        help="only the k-th number of each document (0 the first, -1 the last); default all")
+                        help="only the k-th number of each document (0 the first, -1 the last); default: the "
+                        "target field's number when there is a target, else all")
+    parser.add_argument("--all-numbers", action="store_true", help="every number, target or not")
     parser.add_argument("--batch-size", type=int, default=8, help="documents per batch (default 8)")
     parser.add_argument("--out", required=True, help="output .png file")
 
@@ -63,13 +65,14 @@ def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False
     from ..loading import load_model_and_tokenizer
 
     check_writable_file(args.out)
+    spec = data_spec(args)
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
-    result = evaluate_data(model, tokenizer, data_spec(args), batch_size=args.batch_size,
+    result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
                            keep_individuals=keep_individuals, language=False)
-    numbers = result.numbers.select(args.number_index)
+    numbers = result.selected_numbers(args.number_index, args.all_numbers)
     if len(numbers) == 0:
-        raise ValueError(f"{args.data}: the data has no numbers to plot (no <NUM> targets)")
-    return numbers
+        raise ValueError(f"{spec.path}: the data has no numbers to plot (no <NUM> targets)")
+    return numbers, spec.path
 
 
 def run_numbers(args: argparse.Namespace) -> int:
@@ -79,7 +82,7 @@ def run_numbers(args: argparse.Namespace) -> int:
 
     from .. import plots
 
-    numbers = _number_predictions(args)
+    numbers, _ = _number_predictions(args)
     chosen = torch.linspace(0, len(numbers) - 1, min(args.count, len(numbers))).round().long().unique()  # spread out
     picked = numbers.subset(chosen)
     titles = [f"document {int(d)}, number {int(o)}" for d, o in zip(picked.document, picked.ordinal)]
@@ -92,8 +95,8 @@ def run_numbers(args: argparse.Namespace) -> int:
 def run_calibration(args: argparse.Namespace) -> int:
     from .. import plots
 
-    numbers = _number_predictions(args)
-    path = plots.plot_calibration({args.data: numbers.pit()}, args.out)
+    numbers, data = _number_predictions(args)
+    path = plots.plot_calibration({data: numbers.pit()}, args.out)
     print(f"wrote {path}")
     return 0
 
@@ -101,7 +104,7 @@ def run_calibration(args: argparse.Namespace) -> int:
 def run_individuals(args: argparse.Namespace) -> int:
     from .. import plots
 
-    numbers = _number_predictions(args, keep_individuals=True)
+    numbers, _ = _number_predictions(args, keep_individuals=True)
     if len(numbers) < 2:
         raise ValueError("the individual space needs at least 2 number positions")
     path = plots.plot_individual_space(numbers.loc_U, numbers.scale_U, args.out, color_values=numbers.value,
