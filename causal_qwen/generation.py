@@ -711,6 +711,7 @@ def _start(
     pad_token_id: int | None,
 ) -> _Decoder:
     _check_model(model)
+    max_new_tokens = _within_positions(model, input_ids, attention_mask, max_new_tokens)
     settings = _build_settings(
         model, mode, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id
     )
@@ -739,6 +740,28 @@ def _start(
         epsilon = _check_individual(individual, batch, model.config.causal_size, device)
     generator = _prepare_generator(seed, device)
     return _Decoder(model, input_ids, numeric_values, attention_mask, settings, generator, epsilon)
+
+
+def _within_positions(model, input_ids: Any, attention_mask: Tensor | None, max_new_tokens: Any) -> Any:
+    """``max_new_tokens``, capped (with a warning) so that no row passes the model's position limit
+    (``config.max_position_embeddings``); ``ValueError`` when a prompt alone reaches it."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        return max_new_tokens
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        return max_new_tokens  # _build_settings names the bad value
+    lengths = attention_mask.sum(-1) if attention_mask is not None else torch.full((input_ids.shape[0],),
+                                                                                   input_ids.shape[1])
+    longest, row = int(lengths.max()), int(lengths.argmax())
+    if longest >= limit:
+        raise ValueError(f"prompt {row} is {longest:,} tokens long; the model reads at most {limit:,} positions "
+                         "(config.max_position_embeddings) and needs room for new tokens: shorten the prompt")
+    if longest + max_new_tokens > limit:
+        logger.warning("max_new_tokens=%s would pass the model's %s positions after a %s-token prompt: "
+                       "generating at most %s tokens", f"{max_new_tokens:,}", f"{limit:,}", f"{longest:,}",
+                       f"{limit - longest:,}")
+        return limit - longest
+    return max_new_tokens
 
 
 def _run_to_end(decoder: _Decoder, on_step: Callable[[_Decoder, Tensor, Tensor], None] | None = None) -> GeneratedBatch:

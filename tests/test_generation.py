@@ -455,13 +455,12 @@ def test_bad_input_is_rejected_with_a_clear_message(small_model, tiny_model, tok
 # ---- command line ----------------------------------------------------------------------------------------
 @pytest.fixture
 def loaded_once(monkeypatch, tiny_model, tokenizer):
-    """After the first real load of random:tiny, hand the commands the (identical) module fixture."""
-    from causal_qwen.commands import generate as generate_command
-    from causal_qwen.commands import predict as predict_command
+    """After the first real load of random:tiny, hand the commands the (identical) module fixture (the commands
+    import `causal_qwen.loading.load_model_and_tokenizer` when they run)."""
+    from causal_qwen import loading
 
     def reuse() -> None:
-        for module in (generate_command, predict_command):
-            monkeypatch.setattr(module, "load_model_and_tokenizer", lambda **kwargs: (tiny_model, tokenizer))
+        monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda **kwargs: (tiny_model, tokenizer))
 
     return reuse
 

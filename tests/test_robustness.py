@@ -488,3 +488,21 @@ def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path
                      "--metrics", "numbers", "--all-numbers", "--json", str(report)]) == 0
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 10 and "number_target" not in metrics  # day and value of 5 documents
+
+
+# ---- generation within the model's positions ---------------------------------------------------------------
+def test_generation_caps_at_the_position_limit(assets, caplog):
+    from causal_qwen.generation import generate
+    from causal_qwen.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir=str(assets / "converted"))
+    limit = model.config.max_position_embeddings  # 256
+    prompt = "Day 1: the value was"
+    prompt_tokens = int(tokenizer([prompt], return_tensors="pt")["input_ids"].shape[-1])
+    with caplog.at_level("WARNING", logger="causal_qwen.generation"):
+        result = generate(model, tokenizer, prompt, max_new_tokens=1_000_000_000, min_new_tokens=0)[0]
+    assert f"max_new_tokens=1,000,000,000 would pass the model's {limit} positions" in caplog.text
+    assert f"generating at most {limit - prompt_tokens} tokens" in caplog.text
+    assert len(result.token_ids) <= limit - prompt_tokens
+    with pytest.raises(ValueError, match=rf"prompt 0 is {limit + 4:,} tokens long; the model reads at most {limit}"):
+        generate(model, tokenizer, "x" * (limit + 4), max_new_tokens=5)
