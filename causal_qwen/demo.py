@@ -5,7 +5,9 @@ Stages (each reports through the ``progress`` callable; the library itself only 
 1. convert   ``random:tiny`` (a 2-layer width-64 Qwen2 with the real 151,936-row vocabulary) to CausalQwen;
 2. verify    the conversion against its base (`causal_qwen.compare`, plus greedy generation parity);
 3. train     on Seattle's daily weather (vega-datasets ``seattle-weather.csv``): days before ``split_at``
-             train, later days are held out; each row becomes ``DEMO_TEMPLATE`` (target number last);
+             train, later days are held out; each row becomes the template (target number last). Every
+             setting of this stage comes from ``examples/seattle_weather_demo.yaml`` (`DEMO_CONFIG`), the
+             example a user trains with ``causal-qwen train``: one source for both;
 4. evaluate  on the held-out days: the Cauchy median ``loc_Y`` at the position that predicts ``temp_max``;
 5. compare   with baselines fitted on the training days in the same run:
              median  ŷ = median(temp_max of training days);
@@ -44,14 +46,32 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-DEMO_BASE = "random:tiny"
-DEMO_DATA = "vega:seattle-weather.csv"
-# Predictive fields first, the target number last: the position that predicts temp_max has read them all.
-DEMO_TEMPLATE = "rain {precipitation} mm, low {temp_min} C, high {temp_max} C."
-DEMO_TARGET = "temp_max"
-DEMO_SPLIT_BY = "date"
-DEMO_SPLIT_AT = "2015/01/01"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "seattle_weather_demo.yaml"
 REPORT_FILE = "report.json"
+# Module constants read from DEMO_CONFIG on first use (`from causal_qwen.demo import DEMO_TEMPLATE`).
+_CONFIG_CONSTANTS = {"DEMO_BASE": "model", "DEMO_DATA": "data", "DEMO_TEMPLATE": "template", "DEMO_TARGET": "target",
+                     "DEMO_SPLIT_BY": "split_by", "DEMO_SPLIT_AT": "split_at"}
+
+
+def load_demo_config(path: str | Path = DEMO_CONFIG):
+    """The demo's `TrainConfig` from ``path`` (``ValueError`` when it lacks what the demo needs)."""
+    from .train_config import load_train_config
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"the demo reads its settings from {str(path)!r}, which does not exist (it ships in the "
+                         "repository's examples/ folder); pass --config PATH")
+    config = load_train_config(path)
+    missing = [key for key in ("template", "target", "split_by", "split_at") if getattr(config, key) is None]
+    if missing:
+        raise ValueError(f"{path}: the demo needs {', '.join(missing)} (the number it forecasts and the held-out days)")
+    return config
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONFIG_CONSTANTS:
+        return getattr(load_demo_config(), _CONFIG_CONSTANTS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Both central intervals calibrated: the bands `interval_shape` asks a common rescaling of the scales to reach
 # (a diagnostic of the interval's shape; the acceptance below accepts a Cauchy's over-coverage at 90%).
@@ -77,35 +97,25 @@ ACCEPTANCE = {
 
 @dataclass
 class DemoSettings:
-    """What the demo runs. ``quick``: a smoke run (a few steps, small evaluation subsets; figures meaningless).
-
-    Training (`causal_qwen.training`): a sum over 151,936 OvR decisions would dominate every shared parameter,
-    so the demo averages it (``ovr_reduction="mean"``), draws ``ovr_negatives`` sampled negatives per step,
-    and trains the regression on every number (``regression_gate_alpha=1``: no gate by P(<NUM>)); the
-    heads learn fast (``learning_rate``), the random backbone ten times slower.
-    """
+    """What the demo runs: the training settings of ``config`` (`DEMO_CONFIG` by default), with the demo's own
+    options. ``quick``: a smoke run (a few steps, small evaluation subsets; figures meaningless); ``max_steps``
+    and ``seed`` override the config's (a shorter run scales warm-up, logging and evaluation with it)."""
 
     out: Path = Path("demo_output")
     quick: bool = False
-    base: str = DEMO_BASE
-    data: str = DEMO_DATA
-    template: str = DEMO_TEMPLATE
-    target: str = DEMO_TARGET
-    split_by: str = DEMO_SPLIT_BY
-    split_at: str = DEMO_SPLIT_AT
-    seed: int = 0
+    config: Path = DEMO_CONFIG
+    seed: int | None = None
     max_steps: int | None = None
-    batch_size: int = 64
-    learning_rate: float = 3e-2
-    backbone_learning_rate: float = 3e-3
-    ovr_negatives: int = 256
     language_documents: int | None = None
     generation_tokens: int | None = None
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
+        self.training = load_demo_config(self.config)
+        if self.seed is None:
+            self.seed = self.training.seed
         if self.max_steps is None:
-            self.max_steps = 4 if self.quick else 180
+            self.max_steps = 4 if self.quick else self.training.max_steps
         if self.language_documents is None:
             self.language_documents = 4 if self.quick else 32
         if self.generation_tokens is None:
@@ -113,33 +123,49 @@ class DemoSettings:
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
 
+    # The parts of the config the stages use.
+    @property
+    def base(self) -> str:
+        return self.training.model
+
+    @property
+    def data(self) -> str:
+        return self.training.data
+
+    @property
+    def template(self) -> str:
+        return self.training.template
+
+    @property
+    def target(self) -> str:
+        return self.training.target
+
+    @property
+    def split_by(self) -> str:
+        return self.training.split_by
+
+    @property
+    def split_at(self) -> str:
+        return str(self.training.split_at)
+
+    @property
+    def batch_size(self) -> int:
+        return self.training.batch_size
+
     def training_overrides(self) -> dict[str, Any]:
-        """`TrainConfig` fields of the demo's fine-tuning (model and output folder excluded)."""
-        return dict(
-            model_config={"ovr_negatives": self.ovr_negatives, "ovr_reduction": "mean", "regression_gate_alpha": 1.0},
-            data=self.data,
-            template=self.template,
-            split_by=self.split_by,
-            split_at=self.split_at,
-            max_length=64,
-            max_eval_samples=4 if self.quick else 32,
-            seed=self.seed,
-            max_steps=self.max_steps,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            numeric_embedding_learning_rate=self.learning_rate,
-            backbone_learning_rate=self.backbone_learning_rate,
-            optim="adamw_torch_fused",
-            lr_scheduler_type="cosine",
-            warmup_steps=min(10, max(0, self.max_steps // 10)),
-            logging_steps=max(1, min(10, self.max_steps // 4)),
-            eval_steps=max(1, self.max_steps // 3),
-            save_steps=0,
-            report_to=[],
-            progress_bar=False,
-            monitor_positions=8,
-            overwrite_output_dir=True,
-        )
+        """`TrainConfig` fields of the demo's fine-tuning (model and output folder excluded): the config's, with
+        the demo's steps and seed, no checkpoints, no TensorBoard and no progress bar."""
+        values = self.training.to_dict()
+        for key in ("model", "output_dir"):
+            values.pop(key)
+        values.update(seed=self.seed, max_steps=self.max_steps, save_steps=0, report_to=[], progress_bar=False,
+                      overwrite_output_dir=True)
+        if self.max_steps != self.training.max_steps:  # --steps / --quick: the schedule scales with the run
+            values.update(warmup_steps=min(10, max(0, self.max_steps // 10)),
+                          logging_steps=max(1, min(10, self.max_steps // 4)), eval_steps=max(1, self.max_steps // 3))
+        if self.quick:
+            values["max_eval_samples"] = 4
+        return values
 
 
 Progress = Callable[[str], None]
@@ -181,9 +207,14 @@ def read_table(data: str) -> list[dict[str, str]]:
 
 
 def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tuple[list[dict], list[dict]]:
-    """``(train, held_out)``: rows whose ``split_by`` value is < / >= ``split_at`` (string order, as ISO dates)."""
-    train = [row for row in rows if str(row[split_by]) < split_at]
-    held_out = [row for row in rows if str(row[split_by]) >= split_at]
+    """``(train, held_out)``: rows whose ``split_by`` value is < / >= ``split_at``, compared as numbers or dates
+    as training splits them (`causal_qwen.data.split_key`)."""
+    from .data import split_key
+
+    key = split_key([row[split_by] for row in rows], split_at, split_by)
+    cut = key.parse_cut(split_at)
+    train = [row for row in rows if key(row[split_by]) < cut]
+    held_out = [row for row in rows if key(row[split_by]) >= cut]
     if not train or not held_out:
         raise ValueError(f"splitting by {split_by!r} at {split_at!r} leaves {len(train)} train / {len(held_out)} held-out rows")
     return train, held_out

@@ -506,3 +506,40 @@ def test_generation_caps_at_the_position_limit(assets, caplog):
     assert len(result.token_ids) <= limit - prompt_tokens
     with pytest.raises(ValueError, match=rf"prompt 0 is {limit + 4:,} tokens long; the model reads at most {limit}"):
         generate(model, tokenizer, "x" * (limit + 4), max_new_tokens=5)
+
+
+# ---- one source for the demo and the example ---------------------------------------------------------------
+def test_the_demo_trains_with_the_example_settings():
+    from causal_qwen import demo
+    from causal_qwen.train_config import load_train_config
+
+    example = yaml.safe_load((REPO / "examples" / "seattle_weather_demo.yaml").read_text())
+    settings = demo.DemoSettings()
+    overrides = settings.training_overrides()
+    own = {"model", "output_dir", "save_steps", "report_to", "overwrite_output_dir"}  # the demo's folder, no files
+    for key, value in example.items():
+        if key not in own:
+            assert overrides[key] == load_train_config(REPO / "examples" / "seattle_weather_demo.yaml").to_dict()[key], key
+    assert (settings.base, settings.template, settings.target) == (example["model"], example["template"], example["target"])
+    assert demo.DEMO_TEMPLATE == example["template"]  # what benchmarks/numbers.py imports
+
+
+# ---- bases and output paths that cannot work ---------------------------------------------------------------
+def test_unreachable_hub_id_fails_at_once(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    begin = time.perf_counter()
+    line = cli_error(capsys, "convert", "--base", "nobody-here/no-model-14", "--out", str(tmp_path / "out"))
+    assert time.perf_counter() - begin < 15
+    assert "cannot reach the Hugging Face hub for 'nobody-here/no-model-14'" in line
+    assert "pass a local folder or a .gguf file instead" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_out_that_is_a_file(tmp_path, capsys):
+    a_file = tmp_path / "model"
+    a_file.write_text("keep me", encoding="utf-8")
+    line = cli_error(capsys, "convert", "--base", "random:tiny", "--out", str(a_file))
+    assert f"--out '{a_file}' is a file, not a folder" in line and a_file.read_text() == "keep me"

@@ -10,14 +10,19 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="end-to-end demo: convert random:tiny, verify, fine-tune on Seattle weather, evaluate, plot, generate",
-        description="Convert random:tiny, verify the conversion, fine-tune on seattle-weather.csv (earlier days "
-        "train, 2015 is held out), evaluate the predicted daily high against a training-median and a linear "
+        description="Convert random:tiny, verify the conversion, fine-tune on seattle-weather.csv with the settings "
+        "of examples/seattle_weather_demo.yaml (earlier days train, 2015 is held out), evaluate the predicted daily high against a training-median and a linear "
         "baseline, write plots, generate in each mode with a replayed individual. Writes OUT/report.json and PNGs.",
     )
     parser.add_argument("--out", default="demo_output", help="output folder (default demo_output)")
     parser.add_argument("--quick", action="store_true", help="smoke run: a few steps, small subsets (figures meaningless)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default 180; 4 with --quick)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of training and generation (default 0)")
+    parser.add_argument("--config", default=None, metavar="TRAIN.yaml",
+                        help="training settings (default examples/seattle_weather_demo.yaml, the example the demo "
+                        "and `causal-qwen train` share)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the config's, 180; 4 "
+                        "with --quick)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed of training and generation (default: "
+                        "the config's, 0)")
     parser.set_defaults(func=run)
 
 
@@ -32,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(message, file=console, flush=True)
 
-    settings = DemoSettings(out=args.out, quick=args.quick, max_steps=args.steps, seed=args.seed)
+    extra = {"config": args.config} if args.config else {}
+    settings = DemoSettings(out=args.out, quick=args.quick, max_steps=args.steps, seed=args.seed, **extra)
     report = run_demo(settings, progress=progress)
     if not settings.quick:
         progress("acceptance figures:")
