@@ -276,6 +276,24 @@ def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path,
     assert interrupted >= KILLED_RUNS, interrupted
 
 
+def test_cli_killed_during_a_checkpoint_write_resumes_and_says_which(assets, tmp_path):
+    """``causal-qwen train`` SIGKILLed inside the write of checkpoint-4 (after the model file, before the
+    optimizer's): ``--resume`` names checkpoint-2, never the half-written one, and ends like a straight run."""
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", settings(assets, out))
+    killed = run_cli("train", str(config), env={"CAUSAL_QWEN_FAULT": "checkpoint.model_written:2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "data: 43 training and 5 validation documents" in killed.stdout
+    assert checkpoint_steps(out) == [2] and (out / ".staging" / "checkpoint-4" / "model.safetensors").is_file()
+    resumed = run_cli("train", str(config), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stdout.startswith("resuming from checkpoint-2 (step 2 of 6)"), resumed.stdout[:300]
+    assert "trained 6 steps" in resumed.stdout
+    train, evaluated = metric_steps(out)
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6] and evaluated == [3, 6]
+    assert checkpoint_steps(out) == [4, 6] and not (out / ".staging").exists()
+
+
 KILLED_RUNS = 22
 
 
