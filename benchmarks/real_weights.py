@@ -47,7 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from causal_qwen import calibration  # noqa: E402
+from causal_qwen import calibration, cauchy  # noqa: E402
 from causal_qwen.conversion import load_qwen_base  # noqa: E402
 from causal_qwen.evaluation import token_totals  # noqa: E402
 from causal_qwen.generation import generate_ids, sample_individual  # noqa: E402
@@ -124,10 +124,17 @@ def _prompt_ids(tokenizer, prompt: str) -> torch.Tensor:
 
 
 @torch.no_grad()
+def end_ids(qwen) -> list[int]:
+    """The base's end-of-text ids: both sides ban them until ``NEW_TOKENS`` are written (``min_new_tokens``),
+    so the comparison never stops one side early."""
+    eos = qwen.generation_config.eos_token_id
+    return [] if eos is None else [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+
 def qwen_greedy(qwen, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
     out = qwen.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-        do_sample=False, pad_token_id=0,
+        do_sample=False, pad_token_id=0, eos_token_id=end_ids(qwen),
     )
     return out[0, ids.shape[1]:]
 
@@ -137,7 +144,8 @@ def standard_generation_match(qwen, model, tokenizer, prompts=GENERATION_PROMPTS
     for prompt in prompts:
         ids = _prompt_ids(tokenizer, prompt)
         reference = qwen_greedy(qwen, ids, NEW_TOKENS)
-        ours = generate_ids(model, ids, mode="standard", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=[]).token_ids[0]
+        ours = generate_ids(model, ids, mode="standard", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                            eos_token_id=end_ids(qwen)).token_ids[0]
         same = (reference[:NEW_TOKENS] == ours[:NEW_TOKENS]).long()
         shares.append(int(same.cumprod(0).sum()) / NEW_TOKENS)
     return {"standard_generation_match": sum(shares) / len(shares), "standard_generation_prefixes": shares}
@@ -192,12 +200,12 @@ def causal_figures(qwen, model, tokenizer, prompts=CAUSAL_PROMPTS, individuals: 
         batch = ids.expand(individuals, -1)
         epsilon = sample_individual(individuals, model.config.causal_size, generator)
         out = generate_ids(model, batch, mode="causal", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                           eos_token_id=[], individual=epsilon)
+                           eos_token_id=end_ids(qwen), individual=epsilon)
         ours = [_plain_ids(tokenizer, out.token_ids[i], out.numeric_values[i]) for i in range(individuals)]
         torch.manual_seed(seed * 1000 + index)
         sampled = qwen.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=NEW_TOKENS,
                                 min_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                pad_token_id=0)[:, ids.shape[1]:]
+                                pad_token_id=0, eos_token_id=end_ids(qwen))[:, ids.shape[1]:]
         theirs = [sampled[i] for i in range(individuals)]
         ours_ppl.append(base_perplexity(qwen, ids, ours))
         qwen_ppl.append(base_perplexity(qwen, ids, theirs))
@@ -234,7 +242,7 @@ def causal_scale_sweep(qwen, model, tokenizer, scales=(1e-3, 1e-2, 3e-2, 1e-1), 
     rows = []
     try:
         for scale in scales:
-            bias.fill_(calibration.cauchy.inverse_softplus(scale))
+            bias.fill_(cauchy.inverse_softplus(scale))
             figures = causal_figures(qwen, model, tokenizer, prompts=prompts)
             row = {"scale_U": scale, **{k: figures[k] for k in ("causal_fluency_ratio", "causal_distinct2_ratio")}}
             if windows:
@@ -254,7 +262,8 @@ def standard_speed_ratio(qwen, model, tokenizer, repeats: int = 3) -> dict:
             if method == "qwen":
                 qwen_greedy(qwen, ids, NEW_TOKENS)
             else:
-                generate_ids(model, ids, mode="standard", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=[])
+                generate_ids(model, ids, mode="standard", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                             eos_token_id=end_ids(qwen))
             best[method] = min(best[method], time.perf_counter() - start)
     return {"standard_speed_ratio": best["qwen"] / best["standard"],
             "qwen_tokens_per_s": NEW_TOKENS / best["qwen"], "standard_tokens_per_s": NEW_TOKENS / best["standard"]}
@@ -280,6 +289,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: few positions, prompts and steps")
     parser.add_argument("--skip-finetune", action="store_true", help="leave out the fine-tuning figures")
     parser.add_argument("--finetune-steps", type=int, default=60, help="fine-tuning steps of 8 sentences (default 60)")
+    parser.add_argument("--seed-finetune-steps", type=int, default=10,
+                        help="steps for the seeds' literal setting, which trains the whole backbone (default 10: it "
+                             "has diverged by then, and 60 of its steps alone would take most of an hour)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -297,7 +309,7 @@ def main(argv=None) -> int:
     result["calibration_seconds"] = calibration_seconds
     log("[real_weights] default:", json.dumps(result))
     result["causal_scale_sweep"] = causal_scale_sweep(qwen, model, tokenizer, windows=windows,
-                                                      scales=(1e-2,) if args.quick else (1e-3, 1e-2, 3e-2, 1e-1))
+                                                      scales=(1e-2,) if args.quick else (1e-3, 1e-2, 3e-2))
     seed_model = CausalQwenForCausalLM.from_qwen(qwen, ovr_calibration="none", num_token_id=tokenizer.num_token_id)
     result["seed_setting"] = setting_figures(qwen, seed_model, tokenizer, windows, args.quick)
     log("[real_weights] seed setting:", json.dumps(result["seed_setting"]))
@@ -308,7 +320,10 @@ def main(argv=None) -> int:
         ce_control_figures, finetune_figures = finetune.ce_control_figures, finetune.finetune_figures
         steps = 2 if args.quick else args.finetune_steps
         result.update(finetune_figures(args.base, steps=steps))
-        result["seed_setting"].update(finetune_figures(args.base, steps=steps, setting="seed"))
+        seed_steps = 2 if args.quick else args.seed_finetune_steps
+        result["seed_setting"].update(finetune_figures(args.base, steps=seed_steps, setting="seed"))
+        result["seed_setting"]["finetune_steps"] = seed_steps
+        result["finetune_steps"] = steps
         result["ce_control"] = ce_control_figures(args.base, steps=steps)
     if args.json:
         print(json.dumps(result, indent=2))

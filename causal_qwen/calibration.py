@@ -1,27 +1,35 @@
 """Calibration of the One-vs-Rest decision at conversion: thresholds and scales from the base's own logits.
 
-Shape legend: N calibration positions, K top logits kept per position, H hidden size, C causal size,
-V vocabulary rows.
+Shape legend: N calibration positions, K top logits kept per position, R tokens seen in those top-K places,
+H hidden size, C causal size, V vocabulary rows.
 
 At conversion ``loc_S`` equals Qwen's logits ``l`` and stays so; what decides the OvR probabilities
 
-    P_k = P(S_k > C_k) = atan2(scale_k, −(l_k − C_k)) / π,      scale_k = Σ_c |W_kc| s_c,   s = scale_U + |b_noise|
+    P_k = P(S_k > t_k) = atan2(scale_k, t_k − l_k) / π,      scale_k = Σ_c |W_kc| s_c,   s = scale_U + |b_noise|
 
-are the thresholds ``C_k`` and the decision scale ``s``. With the seeds' literal values (``s = 10 + 0.1``,
-``C = 100``) every ``P_k`` on real weights is about 0.3 (docs/design.md, "Calibration at conversion"). The
-calibration sets them from the base's logits on a fixed calibration text, in three closed steps:
+are the thresholds ``t_k`` and the component scales ``s``. With the seeds' literal values (``s = 10 + 0.1``,
+``t = 100``) every ``P_k`` on real weights is about 0.3 (docs/design.md, "Calibration at conversion"). The
+calibration sets them from the base's logits on a fixed calibration text, in three steps:
 
-1. **Scale profile** uniform: ``s_c = σ`` for every component, so ``scale_k = σ·n_k`` with ``n_k = ‖W_k‖₁``.
-   Then the standard decision ``argmax_k (l_k − C_k)/(σ n_k)`` does not depend on ``σ``.
-2. **Thresholds** ``C_k = C₀ + δ_k``. ``C₀`` is the lowest level at which, on average over the calibration
-   positions, at most one token's logit lies above it (so ``Σ_k P_k`` can be near 1). The per-token offsets
-   ``δ_k`` are fitted so that the standard decision agrees with the base's greedy token: a hinge loss
-   ``Σ_j max(0, z_j − z_top + margin)`` over the top-K logits of each position, ``z_k = (l_k − C_k)/n_k``,
-   with an L2 pull of ``δ`` towards 0 (tokens never seen near the top keep ``C₀``).
-3. **Scale** ``σ``: the value on a log grid that minimises the OvR-normalised negative log-likelihood
-   ``−log(P_t / Σ_k P_k)`` of the calibration text's next tokens, among the values whose mean ``Σ_k P_k`` stays
-   at most ``max_prob_sum``. ``σ`` is split as ``scale_U = (1 − noise_share)·σ`` (through ``b_scale``, with
-   ``W_scale = 0``) and ``|b_noise| = noise_share·σ``.
+1. **Profile.** ``s_c = σ·p_c/κ``. The profile ``p`` (C,) makes the row scales ``(|W| p)_k`` as equal as it can over
+   the tokens that reach the top-K of the calibration positions (`flat_profile`); ``κ`` is their mean, so
+   ``scale_k = σ·ŝ_k`` with ``ŝ_k`` near 1 for those tokens. Equal row scales matter because the standard decision
+   is ``argmax_k (l_k − t_k)/scale_k``: with Qwen's plain row norms (``p = 1``, ±30% from row to row) a token with a
+   slightly lower logit but a larger row can win; on real Qwen2.5 weights the flat profile halves that spread.
+2. **Level.** Thresholds ``t_k = L − m·σ·ŝ_k``, so ``z_k = (l_k − t_k)/scale_k = (l_k − L)/(σ ŝ_k) + m``: the
+   standard decision ``argmax_k (l_k − L)/ŝ_k`` depends on ``L`` only. A token whose logit is above ``L`` beats every
+   token below it, whatever the row scales, so ``L`` is chosen among quantiles of the top-1 logits as the one with
+   the best agreement with the base's greedy token, among the levels that on average at most ``MAX_PROB_SUM``
+   logits exceed (`choose_level`; with a small ``σ`` each ``P_k`` is near 1 above its threshold and near 0 below).
+3. **Scale and margin.** ``(σ, m)``: the pair on a grid (decades of ``σ``, refined by quarter decades; a few
+   margins ``m``) that minimises the OvR-normalised negative log-likelihood ``−log(P_t / Σ_k P_k)`` of the
+   calibration text's next tokens, among the pairs whose mean ``Σ_k P_k`` stays at most ``MAX_PROB_SUM``
+   (`search_scale`). ``σ`` leaves the standard decision unchanged. ``s`` is split as ``scale_U = (1 − noise_share)·s``
+   (through ``b_scale``, with ``W_scale = 0``) and ``|b_noise| = noise_share·s``.
+
+The sum ``Σ_k P_k`` grows with ``σ`` roughly as ``V·σ/(π·gap)`` (below its threshold a Cauchy keeps a tail mass
+``scale/(π·gap)`` for every one of the V tokens), so sparse probabilities need a small ``σ``; docs/design.md
+discusses what that means for causal mode.
 
 Everything is deterministic given ``seed``. The calibration text is the English prose of Python's own
 reference documentation (``pydoc_data.topics``, in every CPython), the even-numbered topics; the odd-numbered
@@ -37,8 +45,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
-
-from . import cauchy
+from torch.nn import functional as F
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +54,10 @@ QWEN25_TEXT_IDS = 151665  # ids below this are Qwen2.5's text and special tokens
 DEFAULT_POSITIONS = 4096
 WINDOW = 96
 TOP_K = 32
-HINGE_MARGIN = 0.02  # in units of the median top-2 logit gap
-HINGE_STEPS = 300
-HINGE_BATCH = 1024
-OFFSET_WEIGHT = 1e-4
-COARSE_EXPONENTS = tuple(range(-7, 2))  # σ = 10^e, then refined by quarter decades around the best
+PROFILE_STEPS = 300
+LEVEL_CANDIDATES = 25  # quantiles of the top-1 logit tried as the level L
+COARSE_EXPONENTS = tuple(range(-7, 1))  # σ = 10^e, then refined by quarter decades around the best
+MARGINS = (-2.0, -1.0, 0.0, 1.0, 2.0)  # m: the threshold sits m decision scales below the level
 SCALE_POSITIONS = 256
 TEXT_CHARS = 4000  # each text's first characters: enough for two windows
 MAX_PROB_SUM = 1.5
@@ -62,15 +68,17 @@ NOISE_SHARE = 0.1
 class CalibrationReport:
     """What the calibration chose and what it measured on its own text.
 
-    threshold_base: ``C₀``; threshold_offset_std: spread of the fitted ``δ_k``; scale: ``σ``;
-    agreement: share of positions where the standard decision equals the base's greedy token;
-    prob_sum_mean: mean ``Σ_k P_k``; ovr_nll / softmax_nll: mean next-token NLL, OvR-normalised and softmax.
+    threshold_level: ``L``; margin: ``m``; scale: ``σ``; row_scale_spread: standard deviation of ``log ŝ_k`` over the
+    tokens seen near the top; agreement: share of calibration positions where the standard decision equals the
+    base's greedy token; prob_sum_mean: mean ``Σ_k P_k``; ovr_nll / softmax_nll: mean next-token NLL,
+    OvR-normalised and softmax (on the scale-search positions).
     """
 
     positions: int
-    threshold_base: float
-    threshold_offset_std: float
+    threshold_level: float
+    margin: float
     scale: float
+    row_scale_spread: float
     agreement: float
     prob_sum_mean: float
     ovr_nll: float
@@ -154,12 +162,6 @@ def _tokenizer_fits(tokenizer, vocab_size: int) -> bool:
     return len(tokenizer) <= vocab_size
 
 
-def row_scale(weight: Tensor) -> Tensor:
-    """``n_k = ‖W_k‖₁ / mean_k ‖W_k‖₁`` (V,) float32: the relative decision scale of each row under a uniform profile."""
-    norms = weight.detach().abs().sum(dim=1, dtype=torch.float64)  # (V,)
-    return (norms / norms.mean()).float().clamp_min(torch.finfo(torch.float32).tiny)
-
-
 @torch.no_grad()
 def top_logits(features: Tensor, weight: Tensor, bias: Tensor | None, k: int, chunk: int = 512) -> tuple[Tensor, Tensor]:
     """The ``k`` largest logits per position and their ids: (N,K) each, in descending order."""
@@ -174,88 +176,90 @@ def top_logits(features: Tensor, weight: Tensor, bias: Tensor | None, k: int, ch
     return torch.cat(values), torch.cat(ids)
 
 
-def base_threshold(top_values: Tensor, max_mean_count: float = 1.0) -> float:
-    """``C₀``: the lowest value such that on average at most ``max_mean_count`` of the top logits exceed it."""
-    candidates = torch.sort(top_values[:, 0]).values  # (N,) sorted top-1 logits
-    for level in candidates.tolist():
-        if (top_values > level).sum(dim=1).float().mean().item() <= max_mean_count:
-            return float(level)
-    return float(candidates[-1])
+def flat_profile(weight: Tensor, top_ids: Tensor, steps: int = PROFILE_STEPS) -> Tensor:
+    """Step 1: the component profile ``p`` (C,) > 0 that makes the row scales ``(|W| p)_k`` as equal as it can
+    over the tokens that reach the top of the calibration positions.
 
-
-def fit_threshold_offsets(
-    top_values: Tensor, top_ids: Tensor, scale_rows: Tensor, base: float, vocab_size: int, seed: int
-) -> Tensor:
-    """Per-token offsets ``δ`` (V,) so that ``argmax_k (l_k − C₀ − δ_k)/n_k`` picks the top logit.
-
-    Minimises ``mean_i Σ_j max(0, z_ij − z_i,top + margin) + w·‖δ‖²`` over the top-K of each position
-    (Adam, fixed batches drawn with ``seed``). Logits, margin and offsets are measured in units of the median
-    gap between the two largest logits, so the fit behaves alike for any spread of logits."""
-    unit = float((top_values[:, 0] - top_values[:, 1]).median().clamp_min(torch.finfo(torch.float32).eps))
-    top_values = (top_values - base) / unit  # (N,K) in gap units, relative to C₀
-    base = 0.0
-    generator = torch.Generator().manual_seed(seed)
-    offsets = torch.zeros(vocab_size, requires_grad=True)
-    optimizer = torch.optim.Adam([offsets], lr=0.05)
-    positions = len(top_values)
+    Minimises ``Σ_k f_k (log (|W| p)_k − m)²`` with ``f_k`` the share of top-K places held by token ``k`` and ``m``
+    their weighted mean log scale (Adam on ``log p``, full batch: deterministic)."""
+    counts = torch.bincount(top_ids.reshape(-1), minlength=weight.shape[0]).float()  # (V,)
+    rows = counts.nonzero().squeeze(-1)  # (R,) tokens seen near the top
+    share = counts[rows] / counts[rows].sum()  # (R,)
+    magnitude = weight.detach().index_select(0, rows).abs().float()  # (R,C)
+    log_profile = torch.zeros(weight.shape[1], requires_grad=True)  # (C,)
+    optimizer = torch.optim.Adam([log_profile], lr=0.05)
     with torch.enable_grad():
-        for _ in range(HINGE_STEPS):
-            rows = torch.randint(0, positions, (min(HINGE_BATCH, positions),), generator=generator)  # (b,)
-            ids = top_ids[rows]  # (b,K)
-            z = (top_values[rows] - base - offsets[ids]) / scale_rows[ids]  # (b,K)
-            hinge = torch.relu(z[:, 1:] - z[:, :1] + HINGE_MARGIN).sum(dim=1).mean()
-            loss = hinge + OFFSET_WEIGHT * offsets.square().sum()
+        for _ in range(steps):
+            log_scale = torch.log(magnitude @ log_profile.exp())  # (R,)
+            centre = (share * log_scale).sum()
+            loss = (share * (log_scale - centre).square()).sum()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    return offsets.detach() * unit
+    profile = log_profile.detach().exp()  # (C,)
+    return profile / profile.mean()
+
+
+def relative_row_scales(weight: Tensor, profile: Tensor, top_ids: Tensor, block: int = 16384) -> tuple[Tensor, float]:
+    """``ŝ_k = (|W| p)_k / κ`` (V,) float32 and ``κ``, the mean of ``(|W| p)_k`` over the tokens seen near the top."""
+    parts = [F.linear(profile, weight[start : start + block].detach().abs().float()) for start in range(0, weight.shape[0], block)]
+    scales = torch.cat(parts)  # (V,) (|W| p)_k
+    kappa = float(scales[top_ids.reshape(-1)].mean())
+    return (scales / kappa).clamp_min(torch.finfo(torch.float32).tiny), kappa
+
+
+def standard_agreement(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, level: float) -> float:
+    """Share of positions where ``argmax_k (l_k − L)/ŝ_k`` over the top-K logits is the top logit."""
+    z = (top_values - level) / row_scales[top_ids]  # (N,K)
+    return float((z.argmax(dim=-1) == 0).float().mean())
+
+
+def choose_level(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, max_mean_count: float = MAX_PROB_SUM) -> tuple[float, float]:
+    """Step 2: the level ``L`` (among quantiles of the top-1 logits) with the best `standard_agreement`, among the
+    levels that on average at most ``max_mean_count`` logits exceed (with a small ``σ``, ``Σ_k P_k`` is about that
+    count); and its agreement."""
+    quantiles = torch.linspace(0.02, 0.98, LEVEL_CANDIDATES)
+    candidates = torch.quantile(top_values[:, 0], quantiles).tolist()
+    scored = []
+    for q, level in zip(quantiles.tolist(), candidates):
+        count = float((top_values > level).sum(dim=1).float().mean())
+        feasible = count <= max_mean_count
+        scored.append((feasible, standard_agreement(top_values, top_ids, row_scales, level), -abs(q - 0.5), level))
+    feasible, agreement, _, level = max(scored)
+    return level, agreement
 
 
 @torch.no_grad()
 def ovr_figures(
-    features: Tensor,
-    targets: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    thresholds: Tensor,
-    scale_rows: Tensor,
-    scales: tuple[float, ...],
-    chunk: int = 128,
+    features: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, row_scales: Tensor, level: float,
+    grid: list[tuple[float, float]], chunk: int = 128,
 ) -> dict[str, Tensor]:
-    """For each ``σ`` in ``scales``: mean ``Σ_k P_k`` and mean OvR-normalised NLL; plus softmax NLL and agreement.
-
-    features (N,H), targets (N,), thresholds (V,) or (), scale_rows (V,).  Returns tensors of shape (len(scales),)
-    for ``prob_sum`` and ``ovr_nll``, scalars for ``softmax_nll`` and ``agreement``."""
+    """For each ``(σ, m)`` in ``grid``, with ``t_k = L − m·σ·ŝ_k`` and ``scale_k = σ·ŝ_k`` (so
+    ``z_k = (l_k − L)/(σ ŝ_k) + m``): mean ``Σ_k P_k`` and mean OvR-normalised NLL ``−log(P_t / Σ_k P_k)``;
+    plus the softmax NLL. features (N,H), targets (N,), row_scales (V,)  →  (G,) tensors and a scalar."""
     w = weight.detach().float()
     b = None if bias is None else bias.detach().float()
-    sigma = torch.tensor(scales, dtype=torch.float32)  # (G,)
-    prob_sum = torch.zeros(len(scales), dtype=torch.float64)
-    ovr_nll = torch.zeros(len(scales), dtype=torch.float64)
+    prob_sum = torch.zeros(len(grid), dtype=torch.float64)
+    ovr_nll = torch.zeros(len(grid), dtype=torch.float64)
     softmax_nll = 0.0
-    agree = 0
     for start in range(0, len(features), chunk):
-        logits = torch.nn.functional.linear(features[start : start + chunk], w, b)  # (n,V)
+        logits = F.linear(features[start : start + chunk], w, b)  # (n,V)
         target = targets[start : start + chunk, None]  # (n,1)
-        distance = logits - thresholds  # (n,V)
         softmax_nll += (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().sum().item()
-        agree += int(((distance / scale_rows).argmax(-1) == logits.argmax(-1)).sum())  # argmax of P_k (σ cancels)
-        for g, s in enumerate(sigma.tolist()):
-            log_p = torch.log(torch.atan2(s * scale_rows, -distance) / math.pi)  # (n,V) log P_k (atan2: no cancellation)
+        below = level - logits  # (n,V) L − l_k
+        for g, (sigma, margin) in enumerate(grid):
+            scale = sigma * row_scales  # (V,)
+            log_p = torch.log(torch.atan2(scale, below - margin * scale) / math.pi)  # (n,V) log P_k, no cancellation
             total = torch.logsumexp(log_p, dim=-1)  # (n,) log Σ_k P_k
             prob_sum[g] += total.double().exp().sum()
             ovr_nll[g] += (total - log_p.gather(1, target)[:, 0]).double().sum()
     n = len(features)
-    return {
-        "prob_sum": prob_sum / n,
-        "ovr_nll": ovr_nll / n,
-        "softmax_nll": torch.tensor(softmax_nll / n),
-        "agreement": torch.tensor(agree / n),
-    }
+    return {"prob_sum": prob_sum / n, "ovr_nll": ovr_nll / n, "softmax_nll": torch.tensor(softmax_nll / n)}
 
 
 def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:
-    """Index of the scale with the lowest OvR-normalised NLL among those with mean ``Σ P ≤ max_prob_sum``
-    (the smallest scale's when none qualifies)."""
+    """Index of the setting with the lowest OvR-normalised NLL among those with mean ``Σ P ≤ max_prob_sum``
+    (the smallest sum's when none qualifies)."""
     allowed = prob_sum <= max_prob_sum
     if not bool(allowed.any()):
         return int(torch.argmin(prob_sum))
@@ -263,18 +267,18 @@ def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:
     return int(torch.argmin(masked))
 
 
-def search_scale(features: Tensor, targets: Tensor, head, thresholds: Tensor, scale_rows: Tensor) -> tuple[float, dict, int]:
-    """``σ`` by `choose_scale` over whole decades, then over quarter decades around the best decade."""
-    coarse = tuple(10.0**e for e in COARSE_EXPONENTS)
-    figures = ovr_figures(features, targets, head.weight, head.bias, thresholds, scale_rows, coarse)
-    centre = math.log10(coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)])
-    fine = tuple(10.0 ** (centre + q / 4) for q in range(-3, 4))
-    figures = ovr_figures(features, targets, head.weight, head.bias, thresholds, scale_rows, fine)
+def search_scale(features: Tensor, targets: Tensor, head, row_scales: Tensor, level: float) -> tuple[float, float, dict, int]:
+    """Step 3: ``(σ, m)`` by `choose_scale`, over whole decades of ``σ``, then quarter decades around the best."""
+    coarse = [(10.0**e, m) for e in COARSE_EXPONENTS for m in MARGINS]
+    figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, coarse)
+    sigma, margin = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
+    fine = [(sigma * 10.0 ** (q / 4), margin) for q in range(-3, 4)]
+    figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, fine)
     best = choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)
-    return fine[best], figures, best
+    return fine[best][0], fine[best][1], figures, best
 
 
-_MEMO: dict[tuple, tuple[Tensor, float, CalibrationReport]] = {}
+_MEMO: dict[tuple, tuple[Tensor, Tensor, CalibrationReport]] = {}
 
 
 def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed: int = 0, memo_key: tuple | None = None) -> CalibrationReport:
@@ -287,63 +291,70 @@ def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed
     if memo_key is not None:
         memo_key = (memo_key, tuple(head.weight.shape), config.ovr_threshold_kind, positions, seed)
     if memo_key is not None and memo_key in _MEMO:
-        thresholds, sigma, report = _MEMO[memo_key]
+        thresholds, component_scales, report = _MEMO[memo_key]
     else:
-        vocab_size = head.weight.shape[0]
-        if tokenizer is None and vocab_size > QWEN25_TEXT_IDS:
-            from .tokenizer import NumericTokenizer
-
-            tokenizer = NumericTokenizer.default()
-        if tokenizer is not None and _tokenizer_fits(tokenizer, vocab_size):
-            features, targets = collect_features(model, tokenizer, calibration_texts(), positions)
-        else:
-            logger.info("no tokenizer for this %d-row vocabulary: calibrating on text the base samples itself", vocab_size)
-            features, targets = sampled_features(model, positions, seed)
-        scale_rows = row_scale(head.weight)
-        values, ids = top_logits(features, head.weight, head.bias, TOP_K)
-        base = base_threshold(values)
-        if config.ovr_threshold_kind == "per_token":
-            offsets = fit_threshold_offsets(values, ids, scale_rows, base, head.weight.shape[0], seed)
-            thresholds = base + offsets  # (V,)
-        else:
-            offsets = torch.zeros(())
-            thresholds = torch.tensor(base)
-        subset = slice(0, min(SCALE_POSITIONS, len(features)))
-        sigma, figures, best = search_scale(features[subset], targets[subset], head, thresholds, scale_rows)
-        report = CalibrationReport(
-            positions=len(features),
-            threshold_base=base,
-            threshold_offset_std=float(offsets.float().std()) if offsets.numel() > 1 else 0.0,
-            scale=sigma,
-            agreement=float(figures["agreement"]),
-            prob_sum_mean=float(figures["prob_sum"][best]),
-            ovr_nll=float(figures["ovr_nll"][best]),
-            softmax_nll=float(figures["softmax_nll"]),
-            seconds=0.0,
-        )
+        thresholds, component_scales, report = _fit(model, tokenizer, positions, seed)
         if memo_key is not None:
-            _MEMO[memo_key] = (thresholds, sigma, report)
-    apply_calibration(model, thresholds, sigma / float(row_scale_mean(head.weight)))
+            _MEMO[memo_key] = (thresholds, component_scales, report)
+    apply_calibration(model, thresholds, component_scales)
     report.seconds = time.perf_counter() - started
     logger.info("OvR calibration: %s", report.to_dict())
     return report
 
 
-def row_scale_mean(weight: Tensor) -> Tensor:
-    """``mean_k ‖W_k‖₁``: converts ``σ`` (in units of the mean row) into the per-component scale ``s_c``."""
-    return weight.detach().abs().sum(dim=1, dtype=torch.float64).mean()
+def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, CalibrationReport]:
+    """Steps 1-3 of the module docstring: thresholds (V,) or (), component scales ``s`` (C,), the report."""
+    head = model.action.classification_head
+    vocab_size = head.weight.shape[0]
+    if tokenizer is None and vocab_size > QWEN25_TEXT_IDS:
+        from .tokenizer import NumericTokenizer
+
+        tokenizer = NumericTokenizer.default()
+    if tokenizer is not None and _tokenizer_fits(tokenizer, vocab_size):
+        features, targets = collect_features(model, tokenizer, calibration_texts(), positions)
+    else:
+        logger.info("no tokenizer for this %d-row vocabulary: calibrating on text the base samples itself", vocab_size)
+        features, targets = sampled_features(model, positions, seed)
+    values, ids = top_logits(features, head.weight, head.bias, min(TOP_K, vocab_size))
+    profile = flat_profile(head.weight, ids)  # (C,)
+    if model.config.ovr_threshold_kind != "per_token":
+        profile = torch.ones_like(profile)  # one threshold for all: keep the plain row norms
+    row_scales, kappa = relative_row_scales(head.weight, profile, ids)  # (V,), κ
+    level, agreement = choose_level(values, ids, row_scales)
+    subset = slice(0, min(SCALE_POSITIONS, len(features)))
+    sigma, margin, figures, best = search_scale(features[subset], targets[subset], head, row_scales, level)
+    if model.config.ovr_threshold_kind == "per_token":
+        thresholds = level - margin * sigma * row_scales  # (V,) t_k = L − m σ ŝ_k
+    else:
+        thresholds = torch.tensor(level - margin * sigma)
+    component_scales = profile * (sigma / kappa)  # (C,) s_c, so that (|W| s)_k = σ ŝ_k
+    seen = ids.reshape(-1).unique()
+    report = CalibrationReport(
+        positions=len(features),
+        threshold_level=level,
+        margin=margin,
+        scale=sigma,
+        row_scale_spread=float(row_scales[seen].log().std()),
+        agreement=agreement,
+        prob_sum_mean=float(figures["prob_sum"][best]),
+        ovr_nll=float(figures["ovr_nll"][best]),
+        softmax_nll=float(figures["softmax_nll"]),
+        seconds=0.0,
+    )
+    return thresholds, component_scales, report
 
 
 @torch.no_grad()
-def apply_calibration(model, thresholds: Tensor, component_scale: float, noise_share: float = NOISE_SHARE) -> None:
-    """Write thresholds (V,) or () and a uniform decision scale ``s_c = component_scale`` into ``model``."""
-    thresholds_module = model.ovr_thresholds
-    target = thresholds_module.values
-    thresholds_module.values.copy_(thresholds.to(target.dtype).expand_as(target))
-    scale_U = (1.0 - noise_share) * component_scale
+def apply_calibration(model, thresholds: Tensor, component_scales: Tensor, noise_share: float = NOISE_SHARE) -> None:
+    """Write thresholds (V,) or () and the decision scale ``s_c`` (C,) into ``model``: ``W_scale = 0``,
+    ``scale_U = (1 − noise_share)·s`` through ``b_scale``, ``|b_noise| = noise_share·s``."""
+    target = model.ovr_thresholds.values
+    target.copy_(thresholds.to(target.dtype).expand_as(target))
+    scale_U = (1.0 - noise_share) * component_scales.double()  # (C,)
     model.abduction.scale_net.weight.zero_()
-    model.abduction.scale_net.bias.fill_(cauchy.inverse_softplus(scale_U))
-    model.action.b_noise.fill_(noise_share * component_scale)
-    model.config.initial_scale = float(scale_U)
-    model.config.noise_init = float(noise_share * component_scale)
+    bias = scale_U + torch.log(-torch.expm1(-scale_U))  # softplus⁻¹, exact for small and large values
+    model.abduction.scale_net.bias.copy_(bias.to(model.abduction.scale_net.bias.dtype))
+    model.action.b_noise.copy_((noise_share * component_scales).to(model.action.b_noise.dtype))
+    model.config.initial_scale = float(scale_U.mean())
+    model.config.noise_init = float(noise_share * component_scales.mean())
     model.config.ovr_threshold = float(thresholds.float().mean())

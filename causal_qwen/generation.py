@@ -287,6 +287,26 @@ def constant_scale(action: torch.nn.Module) -> tuple[Tensor, Tensor, bool]:
     return _derived(action, "constant_scale", sources, lambda: _constant_scale(head.weight, action.b_noise))
 
 
+def position_free_scale(model) -> tuple[Tensor, Tensor] | None:
+    """``(scale_S, 1/scale_S)`` (V,) float32 of standard mode when it does not depend on the position, else None.
+
+    With ``W_scale = 0`` (as after the calibration at conversion) ``scale_U = softplus(b_scale)`` is the same at every
+    position, so ``scale_S = |W_cls| (softplus(b_scale) + |b_noise|)`` is one vector, built once and cached until any
+    of those parameters changes; every row's scale must be positive (else None: the general path decides)."""
+    scale_net, action = model.abduction.scale_net, model.action
+    head = action.classification_head
+    sources = (scale_net.weight, scale_net.bias, action.b_noise, head.weight)
+
+    def build():
+        if bool(scale_net.weight.detach().any()):
+            return None
+        s = action.decision_scale(F.softplus(scale_net.bias.detach().float()))  # (C,)
+        scale, inverse, has_zero = _constant_scale(head.weight, s)  # (V,) each
+        return None if has_zero else (scale, inverse)
+
+    return _derived(action, "position_free_scale", sources, build)
+
+
 def _shortcut_margin(dtype: torch.dtype) -> float:
     """Relative widening of the scale bounds that covers the rounding of ``scale_S`` and of the bounds."""
     return max(1e-4, 4 * torch.finfo(dtype).eps)
@@ -605,6 +625,9 @@ class _Decoder:
         distance = loc_S.float().sub_(self._thresholds())  # (B,V) d = loc_S − t in float32 (in place: a fresh tensor)
         if banned is not None and banned.numel():
             distance[:, banned] = -math.inf
+        fixed = position_free_scale(self.model)
+        if fixed is not None:  # scale_S is the same (V,) vector at every position: one multiply decides
+            return distance.mul_(fixed[1]).argmax(dim=-1)
         s = self.model.action.decision_scale(scale_U)  # (B,C)
         norms = _derived(head, "row_norms", (head.weight,), lambda: RowNorms.of(head.weight))
         return ovr_argmax(distance, s, head.weight, norms)

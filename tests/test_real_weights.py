@@ -1,0 +1,95 @@
+"""Real weights: the calibrated conversion of Qwen2.5-Coder-0.5B-Instruct decides like its base.
+
+Needs the real GGUF file (``../shared/tools/real-qwen-gguf`` fetches it; ``CAUSAL_QWEN_REAL_GGUF`` points
+elsewhere); every test is skipped with the reason when it is absent. The full figures (1,024 held-out positions,
+8 generation prompts, causal fluency, fine-tuning) are ``benchmarks/real_weights.py``. Held-out text: the
+odd-numbered topics of Python's reference documentation, which the calibration never reads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REAL_GGUF = Path(
+    os.environ.get("CAUSAL_QWEN_REAL_GGUF", "/root/.cache/causal_qwen/real/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+)
+POSITIONS = 256  # held-out next-token positions scored
+CALIBRATION_POSITIONS = 1024  # fewer than the default 4,096, to keep the suite short
+
+pytestmark = [
+    pytest.mark.real_weights,
+    pytest.mark.slow,
+    pytest.mark.skipif(not REAL_GGUF.is_file(), reason=f"real Qwen2.5 GGUF weights not found at {REAL_GGUF}"),
+]
+
+
+@pytest.fixture(scope="module")
+def real():
+    """(qwen, calibrated CausalQwen, numeric tokenizer) sharing the base's backbone."""
+    from causal_qwen.conversion import load_qwen_base
+    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.modeling import CausalQwenForCausalLM
+
+    tokenizer = load_tokenizer_for_base(str(REAL_GGUF))
+    qwen = load_qwen_base(str(REAL_GGUF))
+    model = CausalQwenForCausalLM.from_qwen(
+        qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id, calibration_positions=CALIBRATION_POSITIONS
+    )
+    return qwen, model.eval(), tokenizer
+
+
+def held_out_batch(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, values) of ``POSITIONS + 1`` tokens of held-out documentation text without numbers, as (1,T)."""
+    from causal_qwen import calibration
+
+    pieces = []
+    for text in calibration.held_out_texts():
+        ids = tokenizer([text[:2000]], return_tensors="pt")["input_ids"][0]  # (T,)
+        numbers = (ids == tokenizer.num_token_id).nonzero()[:, 0]
+        end = int(numbers[0]) if len(numbers) else len(ids)  # the text up to its first number
+        pieces.append(ids[: min(end, 128)])
+        if sum(len(piece) for piece in pieces) > POSITIONS:
+            break
+    ids = torch.cat(pieces)[: POSITIONS + 1][None]  # (1,T)
+    return ids, torch.zeros(ids.shape)
+
+
+@torch.no_grad()
+def test_conversion_is_exact_and_numbers_have_the_reserved_id(real):
+    qwen, model, tokenizer = real
+    ids, values = held_out_batch(tokenizer)
+    out = model(input_ids=ids, numeric_values=values)
+    logits = qwen(input_ids=ids).logits
+    assert torch.equal(out.loc_S.float(), logits.float())  # traditional mode is Qwen
+    assert model.config.num_token_id == tokenizer.num_token_id == 151665
+
+
+@torch.no_grad()
+def test_standard_and_causal_decisions_agree_with_the_base(real):
+    from causal_qwen.evaluation import token_totals
+
+    _, model, tokenizer = real
+    ids, values = held_out_batch(tokenizer)
+    out = model(input_ids=ids[:, :-1], numeric_values=values[:, :-1])
+    figures = token_totals(model, out.loc_U[0], out.scale_U[0], ids[0, 1:], chunk_positions=None).metrics()
+    assert figures["standard_agreement"] >= 0.95, figures
+    assert figures["causal_agreement"] >= 0.95, figures
+    assert 0.5 <= figures["ovr_prob_sum"] <= 2.0, figures
+    assert figures["ovr_ppl_ratio"] <= 2.0, figures
+
+
+@torch.no_grad()
+def test_standard_generation_follows_the_base(real):
+    from causal_qwen.generation import generate_ids
+
+    qwen, model, tokenizer = real
+    ids = tokenizer(["The capital of France is"], return_tensors="pt")["input_ids"]  # (1,P)
+    new = 12
+    reference = qwen.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                              do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+    ours = generate_ids(model, ids, mode="standard", max_new_tokens=new, min_new_tokens=new, eos_token_id=[])
+    assert torch.equal(ours.token_ids[0, :new], reference[:new]), tokenizer.decode(ours.token_ids[0].tolist())
