@@ -19,9 +19,9 @@ calibration sets them from the base's logits on a fixed calibration text, in thr
 2. **Level.** Thresholds ``t_k = L − m·σ·ŝ_k``, so ``z_k = (l_k − t_k)/scale_k = (l_k − L)/(σ ŝ_k) + m``: the
    standard decision ``argmax_k (l_k − L)/ŝ_k`` depends on ``L`` only. A token whose logit is above ``L`` beats every
    token below it, whatever the row scales, so ``L`` is chosen among quantiles of the top-1 logits as the one with
-   the best agreement with the base's greedy token, among the levels that on average at most ``MAX_PROB_SUM``
+   the best agreement with the base's greedy token, among the levels that on average at most ``MAX_MEAN_ABOVE``
    logits exceed (`choose_level`; with a small ``σ`` each ``P_k`` is near 1 above its threshold and near 0 below).
-3. **Scale and margin.** ``(σ, m)``: the pair on a grid (decades of ``σ``, refined by quarter decades; a few
+3. **Scale and margin.** ``(σ, m)``: the pair on a grid (decades of ``σ``, refined by quarter decades with a few
    margins ``m``) that minimises the OvR-normalised negative log-likelihood ``−log(P_t / Σ_k P_k)`` of the
    calibration text's next tokens, among the pairs whose mean ``Σ_k P_k`` stays at most ``MAX_PROB_SUM``
    (`search_scale`). ``σ`` leaves the standard decision unchanged. ``s`` is split as ``scale_U = (1 − noise_share)·s``
@@ -57,10 +57,11 @@ TOP_K = 32
 PROFILE_STEPS = 300
 LEVEL_CANDIDATES = 25  # quantiles of the top-1 logit tried as the level L
 COARSE_EXPONENTS = tuple(range(-7, 1))  # σ = 10^e, then refined by quarter decades around the best
-MARGINS = (-2.0, -1.0, 0.0, 1.0, 2.0)  # m: the threshold sits m decision scales below the level
+MARGINS = (-2.0, 0.0, 2.0)  # m: the threshold sits m decision scales below the level (tried around the best σ)
 SCALE_POSITIONS = 256
 TEXT_CHARS = 4000  # each text's first characters: enough for two windows
 MAX_PROB_SUM = 1.5
+MAX_MEAN_ABOVE = 1.0  # logits above the level, on average over the calibration positions
 NOISE_SHARE = 0.1
 
 
@@ -214,7 +215,7 @@ def standard_agreement(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, 
     return float((z.argmax(dim=-1) == 0).float().mean())
 
 
-def choose_level(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, max_mean_count: float = MAX_PROB_SUM) -> tuple[float, float]:
+def choose_level(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, max_mean_count: float = MAX_MEAN_ABOVE) -> tuple[float, float]:
     """Step 2: the level ``L`` (among quantiles of the top-1 logits) with the best `standard_agreement`, among the
     levels that on average at most ``max_mean_count`` logits exceed (with a small ``σ``, ``Σ_k P_k`` is about that
     count); and its agreement."""
@@ -268,11 +269,12 @@ def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:
 
 
 def search_scale(features: Tensor, targets: Tensor, head, row_scales: Tensor, level: float) -> tuple[float, float, dict, int]:
-    """Step 3: ``(σ, m)`` by `choose_scale`, over whole decades of ``σ``, then quarter decades around the best."""
-    coarse = [(10.0**e, m) for e in COARSE_EXPONENTS for m in MARGINS]
+    """Step 3: ``(σ, m)`` by `choose_scale`: whole decades of ``σ`` at ``m = 0``, then quarter decades around the
+    best decade with each of `MARGINS`."""
+    coarse = [(10.0**e, 0.0) for e in COARSE_EXPONENTS]
     figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, coarse)
-    sigma, margin = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
-    fine = [(sigma * 10.0 ** (q / 4), margin) for q in range(-3, 4)]
+    sigma, _ = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
+    fine = [(sigma * 10.0 ** (q / 4), margin) for q in range(-3, 4) for margin in MARGINS]
     figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, fine)
     best = choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)
     return fine[best][0], fine[best][1], figures, best
