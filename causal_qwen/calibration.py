@@ -226,7 +226,7 @@ def choose_level(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, max_me
         count = float((top_values > level).sum(dim=1).float().mean())
         feasible = count <= max_mean_count
         scored.append((feasible, standard_agreement(top_values, top_ids, row_scales, level), -abs(q - 0.5), level))
-    feasible, agreement, _, level = max(scored)
+    _, agreement, _, level = max(scored)
     return level, agreement
 
 
@@ -318,9 +318,10 @@ def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, C
         logger.info("no tokenizer for this %d-row vocabulary: calibrating on text the base samples itself", vocab_size)
         features, targets = sampled_features(model, positions, seed)
     values, ids = top_logits(features, head.weight, head.bias, min(TOP_K, vocab_size))
-    profile = flat_profile(head.weight, ids)  # (C,)
-    if model.config.ovr_threshold_kind != "per_token":
-        profile = torch.ones_like(profile)  # one threshold for all: keep the plain row norms
+    if model.config.ovr_threshold_kind == "per_token":
+        profile = flat_profile(head.weight, ids)  # (C,)
+    else:  # one threshold for all: keep the plain row norms
+        profile = torch.ones(head.weight.shape[1])
     row_scales, kappa = relative_row_scales(head.weight, profile, ids)  # (V,), κ
     level, agreement = choose_level(values, ids, row_scales)
     subset = slice(0, min(SCALE_POSITIONS, len(features)))
