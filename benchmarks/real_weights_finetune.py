@@ -86,6 +86,7 @@ SEED_SETTING: dict[str, Any] = {
     "max_grad_norm": 1.0,
     "freeze_backbone": False,
     "freeze_backbone_steps": 0,
+    "freeze_decision_scale": False,  # the seeds train every head parameter
 }
 # What a careful user fine-tuning Qwen2.5-0.5B with cross-entropy would choose.
 CE_CONTROL: dict[str, Any] = {

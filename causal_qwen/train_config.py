@@ -104,6 +104,10 @@ class TrainConfig:
     """Never update the Qwen2 backbone (embeddings, transformer, final norm)."""
     freeze_backbone_steps: int = 0
     """Keep the backbone (and LoRA adapters) fixed for the first N optimizer steps only."""
+    freeze_decision_scale: bool = True
+    """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``): calibrated on a real base
+    it is ~1e-9 logits, and one Adam step would move it by orders of magnitude (the standard decision and the
+    sparsity of the OvR probabilities with it). ``false`` lets it train (the random-weight demo does)."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8

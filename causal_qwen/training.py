@@ -39,7 +39,14 @@ from . import data as data_module
 from .collator import NumericCollator, TokenizedDataset, tokenize_documents
 from .modeling import CausalQwenForCausalLM
 from .monitoring import MetricAccumulator, MetricsJsonlCallback, decision_stats, number_stats, representation_stats
-from .parameter_groups import GROUPS, drop_gradients, freeze_groups, head_gradient_norms, optimizer_groups
+from .parameter_groups import (
+    GROUPS,
+    drop_gradients,
+    freeze_decision_scale,
+    freeze_groups,
+    head_gradient_norms,
+    optimizer_groups,
+)
 from .run_folder import (
     OutputLock,
     RunPlan,
@@ -473,6 +480,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
     trained: nn.Module = apply_lora(model, config) if config.lora else model
+    if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
+        logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise)", freeze_decision_scale(trained))
     args = training_arguments(config, has_validation=eval_dataset is not None)
     output_dir = Path(config.output_dir)
     metrics_file = output_dir / METRICS_FILE

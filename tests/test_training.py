@@ -140,6 +140,31 @@ def test_frozen_backbone_is_bit_identical_and_heads_change(assets, tmp_path):
     assert not torch.equal(trained.abduction.loc_net.weight, torch.eye(32))
 
 
+def decision_scale(model) -> dict[str, torch.Tensor]:
+    return {"W_scale": model.abduction.scale_net.weight, "b_scale": model.abduction.scale_net.bias,
+            "b_noise": model.action.b_noise}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_decision_scale_stays_as_converted_by_default(assets, tmp_path, lora):
+    """``freeze_decision_scale`` (default true): W_scale, b_scale and b_noise keep their converted values, also
+    through peft's trainable copies of the heads, while the rest of the heads learn."""
+    result = run_training(config(assets, tmp_path, max_steps=2, lora=lora, lora_r=4))
+    initial = decision_scale(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    trained_model = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    for name, value in decision_scale(trained_model).items():
+        assert torch.equal(value, initial[name]), name
+    assert not torch.equal(trained_model.abduction.loc_net.weight, torch.eye(32)), "the rest of the heads train"
+
+
+def test_decision_scale_trains_when_asked(assets, tmp_path):
+    result = run_training(config(assets, tmp_path, max_steps=2, freeze_decision_scale=False))
+    initial = decision_scale(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    trained = decision_scale(CausalQwenForCausalLM.from_pretrained(result.final_dir))
+    assert not torch.equal(trained["b_scale"], initial["b_scale"])
+    assert not torch.equal(trained["b_noise"], initial["b_noise"])
+
+
 def test_backbone_frozen_for_the_first_steps_only(assets, tmp_path):
     snapshots: list[dict[str, torch.Tensor]] = []
 
