@@ -2,7 +2,7 @@
 
     python benchmarks/real_weights.py --base PATH.gguf [--json] [--quick] [--skip-finetune]
 
-``PATH`` is a real Qwen2.5 checkpoint (``../shared/tools/real-qwen-gguf`` fetches Qwen2.5-Coder-0.5B-Instruct).
+``PATH`` is a real Qwen2.5 checkpoint (``scripts/fetch_real_qwen.py`` fetches Qwen2.5-Coder-0.5B-Instruct).
 Every figure is measured in this one run, for the default conversion (``ovr_calibration="base_agreement"``) and
 for the seeds' literal setting (``ovr_calibration="none"``: ``γ0 = 10``, ``b_noise = 0.1``, ``C = 100``):
 

@@ -1,6 +1,6 @@
 """Real weights: a few fine-tuning steps with the defaults of ``causal-qwen train`` keep general text intact.
 
-Needs the real Qwen2.5-Coder-0.5B-Instruct GGUF file (``../shared/tools/real-qwen-gguf`` fetches it); skipped with
+Needs the real Qwen2.5-Coder-0.5B-Instruct GGUF file (``scripts/fetch_real_qwen.py`` fetches it); skipped with
 the reason when it is absent. The full measurement (60 steps, the cross-entropy control, MdAE) is
 ``benchmarks/real_weights_finetune.py``.
 """

@@ -1,6 +1,6 @@
 """Real weights: the calibrated conversion of Qwen2.5-Coder-0.5B-Instruct decides like its base.
 
-Needs the real GGUF file (``../shared/tools/real-qwen-gguf`` fetches it; ``CAUSAL_QWEN_REAL_GGUF`` points
+Needs the real GGUF file (``scripts/fetch_real_qwen.py`` fetches it; ``CAUSAL_QWEN_REAL_GGUF`` points
 elsewhere); every test is skipped with the reason when it is absent. The full figures (1,024 held-out positions,
 8 generation prompts, causal fluency, fine-tuning) are ``benchmarks/real_weights.py``. Held-out text: the
 odd-numbered topics of Python's reference documentation, which the calibration never reads.
