@@ -29,6 +29,9 @@ class CausalQwenConfig(Qwen2Config):
     noise_init (`float`, defaults to 0.1): initial value of the exogenous noise scale ``b_noise``.
     noise_mode (`str`, defaults to ``"constant"``): ``"constant"`` (every component ``noise_init``),
         ``"uniform"`` (``U(0, 2·noise_init)``) or ``"zero"``.
+    number_noise_init (`float`, *optional*): when set, numbers get their own exogenous noise
+        ``η ~ Cauchy(0, γ_Y)``, ``γ_Y = softplus(w_η · loc_U + b_η)`` starting at this value (`heads.NumberNoise`),
+        added to ``scale_Y``; ``None`` (default) keeps ``scale_Y = s @ |W_reg|ᵀ`` alone.
     ovr_threshold (`float`, defaults to 100.0): initial OvR decision threshold ``t`` (``P_k = P(S_k > t_k)``).
     ovr_threshold_kind (`str`, defaults to ``"scalar"``): ``"scalar"`` or ``"per_token"`` (one per vocabulary id).
     learnable_threshold (`bool`, defaults to False): thresholds are parameters instead of buffers.
@@ -57,6 +60,7 @@ class CausalQwenConfig(Qwen2Config):
     initial_scale: float = 10.0
     noise_init: float = 0.1
     noise_mode: str = "constant"
+    number_noise_init: float | None = None
     ovr_threshold: float = 100.0
     ovr_threshold_kind: str = "scalar"
     learnable_threshold: bool = False
@@ -98,6 +102,8 @@ class CausalQwenConfig(Qwen2Config):
         one_of("ovr_threshold_kind", THRESHOLD_KINDS)
         one_of("ovr_calibration", OVR_CALIBRATIONS)
         positive("calibration_positions")
+        if self.number_noise_init is not None:
+            positive("number_noise_init")
         if not (math.isfinite(self.noise_init) and self.noise_init >= 0):
             raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
         if not math.isfinite(self.ovr_threshold):

@@ -147,6 +147,8 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     model.numeric_embedding.reset_parameters(generator=generator)
     model.abduction.reset_parameters(config.initial_scale)
     model.action.reset_parameters(config.noise_init, config.noise_mode, generator=generator)
+    if model.action.number_noise is not None:
+        model.action.number_noise.reset_parameters(config.number_noise_init)
     model.ovr_thresholds.reset_parameters(config.ovr_threshold)
     with torch.no_grad():
         head = model.action.classification_head

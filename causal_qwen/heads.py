@@ -7,7 +7,8 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
     scale_U = softplus(W_scale z + b_scale)                                                (B,S,C)
     s       = scale_U + |b_noise|                                                          (B,S,C)
     loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ                                (B,S,V)
-    loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ                                (B,S)
+    loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ (+ γ_Y, below)                  (B,S)
+    γ_Y     = softplus(w_η · loc_U + b_η)   the numbers' own exogenous noise (optional)         (B,S)
     P_k     = P(S_k > t_k)           t: the One-vs-Rest thresholds, () or (V,)             (B,S,V)
 """
 
@@ -106,17 +107,39 @@ class OvrThresholds(nn.Module):
         return self.values
 
 
+class NumberNoise(nn.Module):
+    """The numbers' own exogenous noise ``η ~ Cauchy(0, γ_Y)``, ``γ_Y = softplus(w_η · loc_U + b_η)`` (B,S),
+    added to ``Y`` (docs/design.md, "Numbers' own noise"): on a real base the decision scale ``s`` is calibrated
+    to ~1e-9 logits for sparse One-vs-Rest probabilities, which would leave ``scale_Y = s @ |W_reg|ᵀ`` at ~1e-8
+    whatever the number. ``w_η`` reads the individual's location, so the width can differ per example."""
+
+    def __init__(self, causal_size: int) -> None:
+        super().__init__()
+        self.scale_net = nn.Linear(causal_size, 1)
+
+    def reset_parameters(self, initial_scale: float) -> None:
+        """``w_η = 0``, ``b_η = softplus⁻¹(initial_scale)``: ``γ_Y = initial_scale`` everywhere."""
+        init.zeros_(self.scale_net.weight)
+        init.constant_(self.scale_net.bias, inverse_softplus(initial_scale))
+
+    def forward(self, loc_U: Tensor) -> Tensor:
+        # loc_U: (B,S,C) -> γ_Y: (B,S)
+        return F.softplus(self.scale_net(loc_U)).squeeze(-1)
+
+
 class ActionNetwork(nn.Module):
     """Maps the individual ``U`` plus exogenous noise ``Cauchy(0, |b_noise|)`` linearly to decisions.
 
-    Classification: ``S = W_cls U + b_cls`` (V OvR scores); regression: ``Y = W_reg U + b_reg``.
+    Classification: ``S = W_cls U + b_cls`` (V OvR scores); regression: ``Y = W_reg U + b_reg`` (``+ η`` with
+    a `NumberNoise`, when ``number_noise`` is set).
     """
 
-    def __init__(self, causal_size: int, vocab_size: int) -> None:
+    def __init__(self, causal_size: int, vocab_size: int, number_noise: bool = False) -> None:
         super().__init__()
         self.classification_head = nn.Linear(causal_size, vocab_size)
         self.regression_head = nn.Linear(causal_size, 1)
         self.b_noise = nn.Parameter(torch.zeros(causal_size))  # (C,)
+        self.number_noise = NumberNoise(causal_size) if number_noise else None
 
     def reset_parameters(self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None) -> None:
         """Regression head ``N(0, 1/C)`` with zero bias; ``b_noise`` by mode. (The classification head is set
@@ -142,7 +165,10 @@ class ActionNetwork(nn.Module):
         return linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
 
     def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
-        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ``: (B,S) each."""
+        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y)``: (B,S) each."""
         head = self.regression_head
         loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
-        return loc_Y.squeeze(-1), scale_Y.squeeze(-1)
+        scale_Y = scale_Y.squeeze(-1)  # (B,S)
+        if self.number_noise is not None:
+            scale_Y = scale_Y + self.number_noise(loc_U).to(scale_Y.dtype)
+        return loc_Y.squeeze(-1), scale_Y

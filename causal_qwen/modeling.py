@@ -31,7 +31,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from .cauchy import decision_score, linear_transform, ovr_probability
 from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
 from .configuration import CausalQwenConfig
-from .heads import AbductionNetwork, ActionNetwork, NumericEmbedding, OvrThresholds
+from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbedding, OvrThresholds
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
             module.reset_parameters(config.initial_scale)
         elif isinstance(module, ActionNetwork):
             module.reset_parameters(config.noise_init, config.noise_mode)
+        elif isinstance(module, NumberNoise):
+            module.reset_parameters(config.number_noise_init)
         elif isinstance(module, OvrThresholds):
             module.reset_parameters(config.ovr_threshold)
         elif isinstance(module, torch.nn.Linear) and module.out_features == config.vocab_size:
@@ -101,7 +103,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         self.model = Qwen2Model(config)
         self.numeric_embedding = NumericEmbedding(config.hidden_size)
         self.abduction = AbductionNetwork(config.hidden_size, config.causal_size)
-        self.action = ActionNetwork(config.causal_size, config.vocab_size)
+        self.action = ActionNetwork(config.causal_size, config.vocab_size, number_noise=config.number_noise_init is not None)
         self.ovr_thresholds = OvrThresholds(
             config.vocab_size,
             per_token=config.ovr_threshold_kind == "per_token",

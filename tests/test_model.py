@@ -69,6 +69,41 @@ def test_scale_and_decision_formulas():
     torch.testing.assert_close(out.scale_Y, (s @ w_reg.abs().T).squeeze(-1))
 
 
+def test_numbers_own_noise_adds_to_the_regression_scale_only(tmp_path):
+    """``number_noise_init``: ``scale_Y = s @ |W_reg|ᵀ + softplus(w_η · loc_U + b_η)``, starting at the given
+    value; token decisions, ``loc_Y`` and a save/load round trip are unaffected; the NLL trains ``w_η``."""
+    base = small_qwen()
+    plain, noisy = convert(base), convert(base, number_noise_init=2.5)
+    assert plain.action.number_noise is None
+    ids = random_ids()
+    values = torch.zeros(ids.shape)
+    with torch.no_grad():
+        a, b = plain(ids), noisy(ids)
+    torch.testing.assert_close(b.scale_Y, a.scale_Y + 2.5)
+    assert torch.equal(a.loc_Y, b.loc_Y) and torch.equal(a.loc_S, b.loc_S) and torch.equal(a.scale_S, b.scale_S)
+
+    with torch.no_grad():
+        noisy.action.number_noise.scale_net.weight.normal_(0, 0.05)
+        expected = torch.nn.functional.softplus(b.loc_U @ noisy.action.number_noise.scale_net.weight.T
+                                                + noisy.action.number_noise.scale_net.bias).squeeze(-1)
+        torch.testing.assert_close(noisy(ids).scale_Y, a.scale_Y + expected)  # a different width per position
+
+    noisy.save_pretrained(tmp_path)
+    reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path)
+    assert reloaded.config.number_noise_init == 2.5
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).scale_Y, noisy(ids).scale_Y)
+
+    labels = ids.clone()
+    labels[:, 5] = SMALL_NUM_ID
+    values[:, 5] = 7.0
+    ids[:, 5] = SMALL_NUM_ID
+    noisy(input_ids=ids, numeric_values=values, labels=labels).loss.backward()
+    assert noisy.action.number_noise.scale_net.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="number_noise_init"):
+        CausalQwenConfig(number_noise_init=-1.0)
+
+
 def test_numeric_value_enters_embedding_only_at_num_positions():
     model = convert(small_qwen())
     ids = random_ids(1, 6)
