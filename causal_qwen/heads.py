@@ -115,16 +115,19 @@ class NumberNoise(nn.Module):
 
     def __init__(self, causal_size: int) -> None:
         super().__init__()
-        self.scale_net = nn.Linear(causal_size, 1)
+        # Parameters of this module itself (not of a child nn.Linear), so that loading a checkpoint saved without
+        # them initialises them through `reset_parameters` (Hugging Face initialises the modules owning them).
+        self.weight = nn.Parameter(torch.zeros(causal_size))  # (C,) w_η
+        self.bias = nn.Parameter(torch.zeros(()))  # () b_η
 
     def reset_parameters(self, initial_scale: float) -> None:
         """``w_η = 0``, ``b_η = softplus⁻¹(initial_scale)``: ``γ_Y = initial_scale`` everywhere."""
-        init.zeros_(self.scale_net.weight)
-        init.constant_(self.scale_net.bias, inverse_softplus(initial_scale))
+        init.zeros_(self.weight)
+        init.constant_(self.bias, inverse_softplus(initial_scale))
 
     def forward(self, loc_U: Tensor) -> Tensor:
         # loc_U: (B,S,C) -> γ_Y: (B,S)
-        return F.softplus(self.scale_net(loc_U)).squeeze(-1)
+        return F.softplus(loc_U @ self.weight.to(loc_U.dtype) + self.bias.to(loc_U.dtype))
 
 
 class ActionNetwork(nn.Module):

@@ -83,9 +83,9 @@ def test_numbers_own_noise_adds_to_the_regression_scale_only(tmp_path):
     assert torch.equal(a.loc_Y, b.loc_Y) and torch.equal(a.loc_S, b.loc_S) and torch.equal(a.scale_S, b.scale_S)
 
     with torch.no_grad():
-        noisy.action.number_noise.scale_net.weight.normal_(0, 0.05)
-        expected = torch.nn.functional.softplus(b.loc_U @ noisy.action.number_noise.scale_net.weight.T
-                                                + noisy.action.number_noise.scale_net.bias).squeeze(-1)
+        noisy.action.number_noise.weight.normal_(0, 0.05)
+        expected = torch.nn.functional.softplus(b.loc_U @ noisy.action.number_noise.weight
+                                                + noisy.action.number_noise.bias)
         torch.testing.assert_close(noisy(ids).scale_Y, a.scale_Y + expected)  # a different width per position
 
     noisy.save_pretrained(tmp_path)
@@ -99,7 +99,12 @@ def test_numbers_own_noise_adds_to_the_regression_scale_only(tmp_path):
     values[:, 5] = 7.0
     ids[:, 5] = SMALL_NUM_ID
     noisy(input_ids=ids, numeric_values=values, labels=labels).loss.backward()
-    assert noisy.action.number_noise.scale_net.weight.grad.abs().sum() > 0
+    assert noisy.action.number_noise.weight.grad.abs().sum() > 0
+
+    plain.save_pretrained(tmp_path / "plain")  # a checkpoint without the noise, loaded with it: starts at the value
+    added = CausalQwenForCausalLM.from_pretrained(tmp_path / "plain", number_noise_init=1.5)
+    assert torch.all(added.action.number_noise.weight == 0)
+    assert torch.nn.functional.softplus(added.action.number_noise.bias).item() == pytest.approx(1.5)
     with pytest.raises(ValueError, match="number_noise_init"):
         CausalQwenConfig(number_noise_init=-1.0)
 
