@@ -36,9 +36,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from causal_qwen.conversion import load_qwen_base  # noqa: E402
-from causal_qwen.generation import MODES, generate_ids  # noqa: E402
-from causal_qwen.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
+from causal_qwen.core.generation import MODES, generate_ids  # noqa: E402
+from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
 
 PROMPT_TOKENS = 64
 NEW_TOKENS = 64

@@ -11,11 +11,11 @@ number is the target; the predictors are the template's other fields:
                      acceleration (rows with a missing field dropped); held out: a seeded 25% of the cars
     barley           yield from variety, site and year; held out: a seeded 30% of the 120 plots
 
-Models, all fitted on the training rows in the same run (`causal_qwen.baselines` gives the baselines'
+Models, all fitted on the training rows in the same run (`causal_qwen.evaluation.baselines` gives the baselines'
 distributions and every formula):
 
     causal_qwen           the tiny embedded default (``random:tiny`` converted) fine-tuned with the library's
-                          training API (`causal_qwen.training.run_training`, the same as ``causal-qwen train``)
+                          training API (`causal_qwen.training.training.run_training`, the same as ``causal-qwen train``)
                           under `TRAINING` (+ `TABLE_TRAINING`); its forecast is Cauchy(loc_Y, scale_Y) at the
                           position that predicts the target
     median                Laplace around the training median
@@ -66,8 +66,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from causal_qwen import baselines  # noqa: E402
-from causal_qwen.demo import DEMO_TEMPLATE, read_table  # noqa: E402
+from causal_qwen.evaluation import baselines  # noqa: E402
+from causal_qwen.evaluation.demo import DEMO_TEMPLATE, read_table  # noqa: E402
 
 logger = logging.getLogger("benchmarks.numbers")
 
@@ -147,13 +147,13 @@ class Table:
 
     @property
     def predictors(self) -> list[str]:
-        from causal_qwen.data import template_fields
+        from causal_qwen.training.data import template_fields
 
         return [name for name in template_fields(self.template) if name != self.target]
 
     @property
     def numeric_fields(self) -> list[str]:
-        from causal_qwen.data import parse_number, template_fields
+        from causal_qwen.training.data import parse_number, template_fields
 
         return [name for name in template_fields(self.template)
                 if all(parse_number(row[name]) is not None for row in self.rows)]
@@ -166,7 +166,7 @@ class Table:
 
 
 def _vega_json(name: str) -> list[dict]:
-    from causal_qwen.data import vega_dataset_path
+    from causal_qwen.training.data import vega_dataset_path
 
     return json.loads(vega_dataset_path(name).read_text(encoding="utf-8"))
 
@@ -234,7 +234,7 @@ def training_settings(table: str, overrides: dict[str, dict[str, Any]] | None = 
 
 
 def _documents(table: Table, path: Path):
-    from causal_qwen.data import DataSource, SplitSpec, read_documents, split_documents
+    from causal_qwen.training.data import DataSource, SplitSpec, read_documents, split_documents
 
     source = DataSource(path=str(path), template=table.template, numeric_fields=table.numeric_fields,
                         split_by=SPLIT_FIELD)
@@ -243,11 +243,11 @@ def _documents(table: Table, path: Path):
 
 def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict) -> tuple[baselines.Forecast, dict]:
     """Fine-tune the converted tiny model on the table's training sentences and forecast the held-out targets."""
-    from causal_qwen.evaluation import evaluate_documents
-    from causal_qwen.modeling import CausalQwenForCausalLM
-    from causal_qwen.tokenizer import NumericTokenizer
-    from causal_qwen.train_config import TrainConfig
-    from causal_qwen.training import run_training
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.evaluation.evaluation import evaluate_documents
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import run_training
 
     data_file = workdir / f"{table.name}.jsonl"
     data_file.write_text("".join(json.dumps(row) + "\n" for row in table.rows), encoding="utf-8")
@@ -281,14 +281,14 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
 
 
 def _tail_ratio(z: torch.Tensor) -> float:
-    from causal_qwen.evaluation import tail_ratio
+    from causal_qwen.evaluation.evaluation import tail_ratio
 
     return tail_ratio(z)
 
 
 def convert_tiny(workdir: Path) -> Path:
     """``random:tiny`` converted once (every table starts from the same weights)."""
-    from causal_qwen.loading import convert_base
+    from causal_qwen.conversion.loading import convert_base
 
     model, tokenizer = convert_base("random:tiny")
     converted = workdir / "converted"
@@ -337,7 +337,7 @@ def real_weight_figures(base: str, workdir: Path, quick: bool = False, progress=
     Qwen2.5 .gguf file or folder), both fine-tuned from ``base`` on the example's training sentences for
     `REAL_WEIGHTS` ``steps`` steps and judged on every ``held_out_stride``-th held-out day:
 
-    causal_qwen   converted, trained by `causal_qwen.training.run_training` with the example's settings;
+    causal_qwen   converted, trained by `causal_qwen.training.training.run_training` with the example's settings;
                   forecast Cauchy(loc_Y, scale_Y) at the position that predicts the daily high
     qwen_digits   the plain Qwen trained with its own cross-entropy (the number written as digit tokens);
                   point = the first number of its greedy continuation of the sentence up to the high
@@ -345,8 +345,8 @@ def real_weight_figures(base: str, workdir: Path, quick: bool = False, progress=
                   give the 25/75% and 5/95% empirical quantiles (the 50% and 90% intervals); its scale is half
                   the sampled interquartile range and its log score that of Cauchy(greedy, scale)
 
-    Both report ``bits_per_byte`` of the held-out sentences (`causal_qwen.evaluation.text_bits` /
-    ``qwen_text_bits``) besides the figures of `causal_qwen.baselines.forecast_figures`.
+    Both report ``bits_per_byte`` of the held-out sentences (`causal_qwen.evaluation.evaluation.text_bits` /
+    ``qwen_text_bits``) besides the figures of `causal_qwen.evaluation.baselines.forecast_figures`.
     """
     settings = {**REAL_WEIGHTS, **(settings or {}), **(REAL_WEIGHTS_QUICK if quick else {})}
     config = _real_config(base, workdir, settings)
@@ -370,7 +370,7 @@ def real_weight_figures(base: str, workdir: Path, quick: bool = False, progress=
 
 
 def _real_config(base: str, workdir: Path, settings: dict):
-    from causal_qwen.train_config import load_train_config
+    from causal_qwen.training.train_config import load_train_config
 
     config = load_train_config(settings["example"])
     config.model = base
@@ -387,7 +387,7 @@ def _real_config(base: str, workdir: Path, settings: dict):
 
 
 def _real_documents(config, stride: int):
-    from causal_qwen.data import DataSource, SplitSpec, read_documents, split_documents
+    from causal_qwen.training.data import DataSource, SplitSpec, read_documents, split_documents
 
     source = DataSource(path=config.data, template=config.template, numeric_fields=config.numeric_fields,
                         split_by=config.split_by)
@@ -396,7 +396,7 @@ def _real_documents(config, stride: int):
 
 
 def _last_number(text: str) -> float:
-    from causal_qwen.numbers import find_numbers
+    from causal_qwen.core.numbers import find_numbers
 
     spans = find_numbers(text)
     if not spans:
@@ -405,12 +405,12 @@ def _last_number(text: str) -> float:
 
 
 def _real_causal(config, held_docs, true, texts, progress) -> dict:
-    from causal_qwen.evaluation import evaluate_documents, text_bits
-    from causal_qwen.modeling import CausalQwenForCausalLM
-    from causal_qwen.tokenizer import NumericTokenizer
-    from causal_qwen.training import run_training
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.evaluation.evaluation import evaluate_documents, text_bits
+    from causal_qwen.training.training import run_training
 
-    from causal_qwen.loading import convert_base
+    from causal_qwen.conversion.loading import convert_base
 
     progress("  causal_qwen: convert, then fine-tune")
     start = time.perf_counter()
@@ -444,9 +444,9 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
 def _real_digits(base, config, settings, train_docs, held_docs, true, texts, progress) -> dict:
     from transformers import Trainer, TrainingArguments, set_seed
 
-    from causal_qwen.conversion import load_qwen_base
-    from causal_qwen.evaluation import qwen_text_bits
-    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.conversion.conversion import load_qwen_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
+    from causal_qwen.evaluation.evaluation import qwen_text_bits
 
     progress("  qwen_digits: fine-tune the plain Qwen with cross-entropy")
     set_seed(settings["seed"])
@@ -518,7 +518,7 @@ def _pad_collate(pad_id: int):
 def _digit_answers(model, tokenizer, held_docs, settings, batch_size: int = 8):
     """Per held-out day: the greedy answer and ``samples`` sampled answers (None where no number was written),
     each the first number of the continuation of the sentence up to its last number."""
-    from causal_qwen.numbers import find_numbers
+    from causal_qwen.core.numbers import find_numbers
 
     prompts = [doc.text[: find_numbers(doc.text)[-1].start] for doc in held_docs]
     tokenizer.padding_side = "left"

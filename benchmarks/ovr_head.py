@@ -115,7 +115,7 @@ def head_inputs(tokens: int, causal: int, vocab: int, seed: int = 0) -> dict:
 
 def head_step(kind: str, inputs: dict, chunk_size: int, negatives: int | None = None, generator=None) -> None:
     """One forward + backward of the head + loss; gradients are left in ``.grad``."""
-    from causal_qwen.fused_ovr import fused_ovr_loss, reference_ovr_loss
+    from causal_qwen.core.fused_ovr import fused_ovr_loss, reference_ovr_loss
 
     loss_fn = fused_ovr_loss if kind == "fused" else reference_ovr_loss
     out = loss_fn(**inputs, chunk_size=chunk_size, negatives=negatives, generator=generator)
@@ -190,7 +190,7 @@ def worker_head_timing(tokens: int, repeats: int, chunk_size: int) -> dict:
 
 def worker_sampled(tokens: int, repeats: int, chunk_size: int) -> dict:
     """Exact vs sampled (m = 4,096) fused step of the ``random:tiny`` head, interleaved; all samples kept."""
-    from causal_qwen.presets import preset_config
+    from causal_qwen.conversion.presets import preset_config
 
     causal = preset_config("random:tiny").hidden_size
     inputs = head_inputs(tokens, causal, VOCAB)
@@ -207,11 +207,11 @@ def worker_sampled(tokens: int, repeats: int, chunk_size: int) -> dict:
 
 def worker_step(kind: str, tokens: int, repeats: int) -> dict:
     """One training step (forward + backward) of CausalQwen (fused loss) or Qwen2ForCausalLM (CE)."""
-    from causal_qwen.presets import build_preset
+    from causal_qwen.conversion.presets import build_preset
 
     base = build_preset("random:qwen2.5-0.5b")
     if kind == "causal_qwen":
-        from causal_qwen.modeling import CausalQwenForCausalLM
+        from causal_qwen.core.modeling import CausalQwenForCausalLM
 
         model = CausalQwenForCausalLM.from_qwen(base, ovr_loss_implementation="fused")
         del base
@@ -332,7 +332,7 @@ def part_a(args: argparse.Namespace) -> dict:
 
 def part_b(args: argparse.Namespace) -> dict:
     if not (REPO / "causal_qwen" / "modeling.py").exists() or not (REPO / "causal_qwen" / "presets.py").exists():
-        return dict(step_skipped="causal_qwen.modeling / causal_qwen.presets not available")
+        return dict(step_skipped="causal_qwen.core.modeling / causal_qwen.conversion.presets not available")
     tokens = 128 if args.quick else 512
     qwen = run_worker(args, "step", kind="qwen", tokens=tokens, repeats=args.repeats)
     causal = run_worker(args, "step", kind="causal_qwen", tokens=tokens, repeats=args.repeats)

@@ -47,11 +47,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from causal_qwen import calibration, cauchy  # noqa: E402
-from causal_qwen.conversion import load_qwen_base  # noqa: E402
-from causal_qwen.evaluation import token_totals  # noqa: E402
-from causal_qwen.generation import generate_ids, sample_individual  # noqa: E402
-from causal_qwen.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen.conversion import calibration  # noqa: E402
+from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
+from causal_qwen.core import cauchy  # noqa: E402
+from causal_qwen.core.generation import generate_ids, sample_individual  # noqa: E402
+from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen.evaluation.evaluation import token_totals  # noqa: E402
 
 GENERATION_PROMPTS = (
     "The capital of France is",
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True))
-    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
 
     tokenizer = load_tokenizer_for_base(args.base)
     PLAIN["tokenizer"] = plain_tokenizer(args.base)

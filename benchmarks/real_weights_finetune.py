@@ -9,14 +9,14 @@ sentence, batches of 8, ``steps`` optimizer steps), each in its own subprocess s
 * **CausalQwen** (`finetune_figures`): the base converted with the default calibration (``setting="default"``)
   or with the seeds' literal setting (``setting="seed"``: ``ovr_calibration="none"``, ``γ0 = 10``, ``C = 100``,
   and the example's values before this benchmark existed, `SEED_SETTING`), trained by ``causal-qwen train``'s
-  own code path (`causal_qwen.training.run_training`) with the example's settings.
+  own code path (`causal_qwen.training.training.run_training`) with the example's settings.
 * **CE control** (`ce_control_figures`): the plain Qwen (`conversion.load_qwen_base`) fine-tuned with its own
   cross-entropy on the same sentences (numbers written as digits) for the same steps, as a careful user would:
   AdamW (fused), learning rate 2e-5, cosine decay after a linear warm-up over the first 10% of the steps,
   gradient clipping at 1.0, no weight decay, same batch size and data order seed (`CE_CONTROL`).
 
-Figures (general text = `causal_qwen.calibration.held_out_texts`, the odd-numbered topics of Python's reference
-documentation, windows of 96 tokens, ``HELD_OUT_POSITIONS`` next-token positions; no run trains on it):
+Figures (general text = `causal_qwen.conversion.calibration.held_out_texts`, the odd-numbered topics of Python's
+reference documentation, windows of 96 tokens, ``HELD_OUT_POSITIONS`` next-token positions; no run trains on it):
 
   finetune_softmax_ppl_ratio     perplexity exp(mean −log softmax(loc_S)[t]) after / before fine-tuning
                                  (control: Qwen's own logits, its own tokenisation of the same text)
@@ -28,7 +28,8 @@ documentation, windows of 96 tokens, ``HELD_OUT_POSITIONS`` next-token positions
                                  forced sentence). Control: greedy continuation of the sentence up to "the high
                                  was", first number parsed (an unparsable answer counts as an infinite error)
   finetune_baseline_linear_mdae  least squares on date (day-of-year sin/cos), precipitation and temp_min of the
-                                 training days (`causal_qwen.demo.baseline_metrics`), on the same held-out days
+                                 training days (`causal_qwen.evaluation.demo.baseline_metrics`), on the same
+                                 held-out days
   finetune_seconds_per_step      median wall time of one optimizer step (forward, backward, update)
   finetune_peak_rss_gb           ru_maxrss of the run's subprocess (load, evaluation and training), GiB
 
@@ -185,7 +186,7 @@ def peak_rss_gb() -> float:
 
 def example_config(model: str, steps: int, seed: int, output_dir: str, setting: str, overrides: list[str]):
     """The example YAML's settings (``setting="seed"``: with `SEED_SETTING` over them) for one benchmark run."""
-    from causal_qwen.train_config import load_train_config
+    from causal_qwen.training.train_config import load_train_config
 
     config = load_train_config(EXAMPLE, overrides)
     if setting == "seed":
@@ -205,7 +206,7 @@ def example_config(model: str, steps: int, seed: int, output_dir: str, setting: 
 
 
 def table_rows(data: str) -> list[dict[str, str]]:
-    from causal_qwen.data import resolve_data_path
+    from causal_qwen.training.data import resolve_data_path
 
     with resolve_data_path(data).open(encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle))
@@ -213,7 +214,7 @@ def table_rows(data: str) -> list[dict[str, str]]:
 
 def weather_split(config) -> tuple[list[dict], list[dict], list, list]:
     """Training rows, the evaluated held-out rows (every `MDAE_STRIDE`-th), and their documents (same order)."""
-    from causal_qwen import data as data_module
+    from causal_qwen.training import data as data_module
 
     source = data_module.DataSource(path=config.data, template=config.template, numeric_fields=config.numeric_fields,
                                     split_by=config.split_by)
@@ -230,8 +231,8 @@ def weather_split(config) -> tuple[list[dict], list[dict], list, list]:
 
 
 def linear_baseline_mdae(config, train_rows: list[dict], held_rows: list[dict]) -> float:
-    from causal_qwen.data import template_fields
-    from causal_qwen.demo import baseline_metrics
+    from causal_qwen.evaluation.demo import baseline_metrics
+    from causal_qwen.training.data import template_fields
 
     fields = [name for name in template_fields(config.template) if name != TARGET]
     return float(baseline_metrics(train_rows, held_rows, fields, TARGET)["baseline_linear_mdae"])
@@ -240,7 +241,7 @@ def linear_baseline_mdae(config, train_rows: list[dict], held_rows: list[dict]) 
 def held_out_windows(tokenize, positions: int = HELD_OUT_POSITIONS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(ids, values) windows of up to 97 tokens from the first characters of each held-out documentation topic,
     ``positions`` next-token positions in all. ``tokenize(text) -> (ids (T,), values (T,))``."""
-    from causal_qwen import calibration
+    from causal_qwen.conversion import calibration
 
     windows, count = [], 0
     for text in calibration.held_out_texts():
@@ -259,7 +260,7 @@ def held_out_windows(tokenize, positions: int = HELD_OUT_POSITIONS) -> list[tupl
 @torch.no_grad()
 def causal_general_text(model, tokenizer, positions: int = HELD_OUT_POSITIONS) -> dict:
     """Softmax and OvR-normalised perplexity and standard agreement of ``model`` on the held-out windows."""
-    from causal_qwen.evaluation import token_totals
+    from causal_qwen.evaluation.evaluation import token_totals
 
     def tokenize(text):
         encoded = tokenizer([text], return_tensors="pt")
@@ -282,7 +283,7 @@ def causal_general_text(model, tokenizer, positions: int = HELD_OUT_POSITIONS) -
 @torch.no_grad()
 def causal_mdae(model, tokenizer, held_docs, held_rows) -> tuple[float, float]:
     """MdAE of ``loc_Y`` for the daily high, and the median signed error (bias) ``median(ŷ − y)``."""
-    from causal_qwen.evaluation import evaluate_documents
+    from causal_qwen.evaluation.evaluation import evaluate_documents
 
     model.eval()
     evaluated = evaluate_documents(model, tokenizer, held_docs, batch_size=32, max_length=64, language=False)
@@ -298,7 +299,7 @@ def causal_mdae(model, tokenizer, held_docs, held_rows) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------------------------
 def converted_folder(base: str, setting: str) -> Path:
     """The base converted (default calibration, or ``ovr_calibration="none"`` for the seed setting), cached."""
-    from causal_qwen.loading import convert_base
+    from causal_qwen.conversion.loading import convert_base
 
     folder = cache_dir() / f"{_base_tag(base)}-{setting}"
     if (folder / "config.json").is_file():
@@ -317,8 +318,8 @@ def converted_folder(base: str, setting: str) -> Path:
 
 
 def _before_figures(folder: Path) -> dict:
-    from causal_qwen.modeling import CausalQwenForCausalLM
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     memo = folder.with_name(folder.name + f".general_text_{HELD_OUT_POSITIONS}.json")
     if memo.is_file():
@@ -330,9 +331,9 @@ def _before_figures(folder: Path) -> dict:
 
 
 def run_causal(base: str, steps: int, seed: int, setting: str, overrides: list[str]) -> dict:
-    from causal_qwen.modeling import CausalQwenForCausalLM
-    from causal_qwen.tokenizer import NumericTokenizer
-    from causal_qwen.training import run_training
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.training.training import run_training
 
     folder = converted_folder(base, setting)
     before = _before_figures(folder)
@@ -380,7 +381,7 @@ def _settings_summary(config) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def plain_tokenizer(base: str):
     """The base's own tokenizer (numbers stay digits), left padding for generation."""
-    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
 
     tokenizer = load_tokenizer_for_base(base).tokenizer
     if tokenizer.pad_token_id is None:
@@ -457,7 +458,7 @@ def _pad_collate(pad_id: int):
 def run_ce_control(base: str, steps: int, seed: int) -> dict:
     from transformers import Trainer, TrainingArguments, set_seed
 
-    from causal_qwen.conversion import load_qwen_base
+    from causal_qwen.conversion.conversion import load_qwen_base
 
     with tempfile.TemporaryDirectory(prefix="ce_ft_", dir=os.environ.get("CAUSAL_QWEN_BENCH_TMP")) as out:
         config = example_config("unused", steps, seed, out, "default", [])

@@ -29,8 +29,8 @@ import json  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 
-from causal_qwen.qwen_vocab import build_qwen25_base_tokenizer  # noqa: E402
-from causal_qwen.tokenizer import NumericTokenizer  # noqa: E402
+from causal_qwen.core.qwen_vocab import build_qwen25_base_tokenizer  # noqa: E402
+from causal_qwen.core.tokenizer import NumericTokenizer  # noqa: E402
 
 WORDS = ("drizzle", "rain", "sun", "snow", "fog", "Seattle", "item", "total", "user", "price", "wind", "low", "high")
 UNITS = ("km", "kg", "mm", "%", " EUR", " USD", "\u00b0C", "rd", "k", "")

@@ -3,11 +3,19 @@ individual representation per position (abduction) and decides tokens One-vs-Res
 regression (action).
 
 The package imports lazily, so that ``causal-qwen --help`` starts without torch and transformers:
-``from causal_qwen import CausalQwenForCausalLM`` (or importing any of `causal_qwen.configuration`,
-`causal_qwen.modeling`, `causal_qwen.tokenizer`) loads them and registers the classes with ``AutoConfig``,
+``from causal_qwen import CausalQwenForCausalLM`` (or importing any of `causal_qwen.core.configuration`,
+`causal_qwen.core.modeling`, `causal_qwen.core.tokenizer`) loads them and registers the classes with ``AutoConfig``,
 ``AutoModelForCausalLM`` and ``AutoTokenizer``. A bare ``import causal_qwen`` registers them at once when
 transformers is already imported; otherwise call `register_auto_classes` before using the Auto classes
 without ``trust_remote_code``.
+
+Layout (each folder's ``__init__`` says more; docs/design.md describes the data flow):
+
+    core/          the model, its tokenizer, numbers and generation: what a saved model folder carries (flat)
+    conversion/    Qwen2 bases to CausalQwen, calibration at conversion, finding models
+    training/      fine-tuning: documents, batches, settings, the run and its output folder
+    evaluation/    metrics, baselines, figures, the next-step view, the end-to-end demo
+    cli.py, commands/   the ``causal-qwen`` command, one module per sub-command
 """
 
 from __future__ import annotations
@@ -20,10 +28,10 @@ __version__ = "0.1.0"
 
 # Public name -> the submodule defining it (imported on first access).
 _EXPORTS = {
-    "CausalQwenConfig": "configuration",
-    "CausalQwenForCausalLM": "modeling",
-    "CausalQwenOutput": "modeling",
-    "NumericTokenizer": "tokenizer",
+    "CausalQwenConfig": "core.configuration",
+    "CausalQwenForCausalLM": "core.modeling",
+    "CausalQwenOutput": "core.modeling",
+    "NumericTokenizer": "core.tokenizer",
 }
 
 __all__ = [*_EXPORTS, "register_auto_classes", "__version__"]

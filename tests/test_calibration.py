@@ -1,5 +1,5 @@
-"""The OvR calibration at conversion (`causal_qwen.calibration`): each step on constructed inputs, then the whole
-conversion on a tiny random base. The figures on real Qwen2.5 weights are in test_real_weights.py."""
+"""The OvR calibration at conversion (`causal_qwen.conversion.calibration`): each step on constructed inputs,
+then the whole conversion on a tiny random base. The figures on real Qwen2.5 weights are in test_real_weights.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from causal_qwen import calibration, cauchy
-from causal_qwen.modeling import CausalQwenForCausalLM
+from causal_qwen.conversion import calibration
+from causal_qwen.core import cauchy
+from causal_qwen.core.modeling import CausalQwenForCausalLM
 
 from .conftest import SMALL_NUM_ID, small_qwen
 

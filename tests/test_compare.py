@@ -7,10 +7,10 @@ import json
 import pytest
 
 from causal_qwen.cli import main
-from causal_qwen.compare import compare_models
-from causal_qwen.conversion import load_qwen_base
-from causal_qwen.modeling import CausalQwenForCausalLM
-from causal_qwen.tokenizer import NumericTokenizer
+from causal_qwen.conversion.compare import compare_models
+from causal_qwen.conversion.conversion import load_qwen_base
+from causal_qwen.core.modeling import CausalQwenForCausalLM
+from causal_qwen.core.tokenizer import NumericTokenizer
 
 
 @pytest.mark.parametrize("preset", ["random:tiny", "random:tiny-untied"])

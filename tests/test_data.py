@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from causal_qwen.collator import NumericCollator, tokenize_documents
-from causal_qwen.data import (
+from causal_qwen.training.collator import NumericCollator, tokenize_documents
+from causal_qwen.training.data import (
     DataSource,
     Document,
     SplitSpec,
@@ -17,7 +17,7 @@ from causal_qwen.data import (
     split_documents,
     template_fields,
 )
-from causal_qwen.train_config import load_train_config, parse_override
+from causal_qwen.training.train_config import load_train_config, parse_override
 
 WEATHER_TEMPLATE = "On {date} Seattle saw {precipitation} mm of rain and a low of {temp_min} C; the high was {temp_max} C."
 

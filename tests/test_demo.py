@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from causal_qwen import demo
+from causal_qwen.evaluation import demo
 
 EXPECTED_PLOTS = {"training_curves.png", "number_densities.png", "calibration.png", "next_token.png",
                   "individual_space.png", "forecasts.png"}

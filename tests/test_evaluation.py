@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM, evaluation
-from causal_qwen.evaluation import NumberPredictions, evaluate_batches, number_metrics
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.evaluation import evaluation
+from causal_qwen.evaluation.evaluation import NumberPredictions, evaluate_batches, number_metrics
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -209,7 +210,7 @@ def tiny_dir(tmp_path_factory):
 @torch.no_grad()
 def test_cli_eval_perplexity_matches_qwen_on_text(tiny_dir, tmp_path):
     from causal_qwen.cli import main
-    from causal_qwen.presets import build_preset
+    from causal_qwen.conversion.presets import build_preset
 
     lines = ["The quick brown fox jumps over the lazy dog.", "A simple text without any digits at all, again."]
     text_file = tmp_path / "plain.txt"
@@ -219,7 +220,7 @@ def test_cli_eval_perplexity_matches_qwen_on_text(tiny_dir, tmp_path):
                  "--batch-size", "1"]) == 0
     metrics = json.loads(report.read_text())
 
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     tokenizer = NumericTokenizer.default()
     qwen = build_preset("random:tiny")
@@ -335,7 +336,7 @@ def test_cauchy_interval_log_mass_against_the_cdf_and_in_the_far_tail():
 
 @pytest.fixture(scope="module")
 def tiny_model_and_tokenizer(tiny_dir):
-    from causal_qwen.loading import load_model_and_tokenizer
+    from causal_qwen.conversion.loading import load_model_and_tokenizer
 
     return load_model_and_tokenizer(model_dir=str(tiny_dir))
 
@@ -344,8 +345,8 @@ def tiny_model_and_tokenizer(tiny_dir):
 def test_text_bits_equal_qwen_bits_on_text_without_numbers(tiny_model_and_tokenizer):
     """Two independent routes: the converted model's softmax over loc_S is Qwen's softmax, so without numbers
     CausalQwen's bits (its own tokenizer) equal Qwen's (the plain Qwen tokenizer)."""
-    from causal_qwen.presets import build_preset
-    from causal_qwen.tokenizer import build_qwen25_base_tokenizer
+    from causal_qwen.conversion.presets import build_preset
+    from causal_qwen.core.tokenizer import build_qwen25_base_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer
     texts = ["The quick brown fox jumps over the lazy dog.", "Ünïcode bytes count as bytes: naïve café."]

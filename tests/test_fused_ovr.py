@@ -10,14 +10,14 @@ import math
 import pytest
 import torch
 
-from causal_qwen import fused_ovr, losses
-from causal_qwen.fused_ovr import (
+from causal_qwen.core import fused_ovr, losses
+from causal_qwen.core.fused_ovr import (
     fused_ovr_loss,
     model_classification_loss,
     reference_ovr_loss,
     sample_negative_rows,
 )
-from causal_qwen.heads import AbductionNetwork, ActionNetwork
+from causal_qwen.core.heads import AbductionNetwork, ActionNetwork
 
 V, C, N = 1000, 16, 24
 RTOL = 1e-5
@@ -248,7 +248,7 @@ def test_grad_output_scales_gradients_and_no_grad_evaluation() -> None:
 def test_no_gradient_work_without_grad_mode(monkeypatch) -> None:
     """Under torch.no_grad / inference_mode (evaluation) no gradient buffer is allocated and no per-slice
     gradient product runs, although the inputs require gradients; with grad mode on, both happen."""
-    from causal_qwen import fused_ovr
+    from causal_qwen.core import fused_ovr
 
     calls = {"slice_grads": 0, "allocations": 0}
     real_accumulate, real_allocate = fused_ovr._accumulate_slice_grads, fused_ovr._allocate_grads

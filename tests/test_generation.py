@@ -11,8 +11,8 @@ import torch
 from transformers import GenerationConfig
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.conversion import load_qwen_base
-from causal_qwen.generation import (
+from causal_qwen.conversion.conversion import load_qwen_base
+from causal_qwen.core.generation import (
     MODES,
     generate,
     generate_ids,
@@ -22,9 +22,9 @@ from causal_qwen.generation import (
     ovr_argmax_reference,
     stream,
 )
-from causal_qwen.generation import RowNorms
-from causal_qwen.predict import next_step_view, predict_next
-from causal_qwen.numbers import format_prediction
+from causal_qwen.core.generation import RowNorms
+from causal_qwen.core.numbers import format_prediction
+from causal_qwen.evaluation.predict import next_step_view, predict_next
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -84,7 +84,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     return NumericTokenizer.default()
 
@@ -456,8 +456,8 @@ def test_bad_input_is_rejected_with_a_clear_message(small_model, tiny_model, tok
 @pytest.fixture
 def loaded_once(monkeypatch, tiny_model, tokenizer):
     """After the first real load of random:tiny, hand the commands the (identical) module fixture (the commands
-    import `causal_qwen.loading.load_model_and_tokenizer` when they run)."""
-    from causal_qwen import loading
+    import `causal_qwen.conversion.loading.load_model_and_tokenizer` when they run)."""
+    from causal_qwen.conversion import loading
 
     def reuse() -> None:
         monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda **kwargs: (tiny_model, tokenizer))

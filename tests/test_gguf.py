@@ -14,7 +14,7 @@ from transformers import Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.conversion import load_qwen_base
+from causal_qwen.conversion.conversion import load_qwen_base
 
 from .conftest import small_qwen_config
 
@@ -238,7 +238,7 @@ def check_num_in_first_placeholder(tokenizer) -> None:
 
 
 def test_numeric_tokenizer_from_gguf_puts_num_in_the_first_placeholder(tokenizer_gguf):
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     tokenizer = NumericTokenizer.from_pretrained(str(tokenizer_gguf.parent), gguf_file=tokenizer_gguf.name)
     check_num_in_first_placeholder(tokenizer)
@@ -254,7 +254,7 @@ def test_numeric_tokenizer_from_gguf_puts_num_in_the_first_placeholder(tokenizer
 
 
 def test_load_tokenizer_for_base_reads_the_gguf(tokenizer_gguf):
-    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
 
     check_num_in_first_placeholder(load_tokenizer_for_base(tokenizer_gguf))
     check_num_in_first_placeholder(load_tokenizer_for_base(str(tokenizer_gguf.parent), gguf_file=tokenizer_gguf.name))
@@ -264,7 +264,7 @@ def test_load_tokenizer_for_base_reads_the_gguf(tokenizer_gguf):
 def test_gguf_model_and_tokenizer_together(tokenizer_gguf):
     """Tokenizer and model from the same file, <NUM> at the tokenizer's id: text positions before the first
     number score exactly as the Qwen2 that was written, and the number enters the embedding at its position."""
-    from causal_qwen.loading import load_tokenizer_for_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
 
     tokenizer = load_tokenizer_for_base(tokenizer_gguf)
     model = CausalQwenForCausalLM.from_qwen(tokenizer_gguf, num_token_id=tokenizer.num_token_id)
@@ -278,7 +278,7 @@ def test_gguf_model_and_tokenizer_together(tokenizer_gguf):
 
 
 def test_load_model_and_tokenizer_agree_on_num_for_a_gguf(tokenizer_gguf):
-    from causal_qwen.loading import load_model_and_tokenizer
+    from causal_qwen.conversion.loading import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(base=str(tokenizer_gguf))
     assert model.config.num_token_id == tokenizer.num_token_id

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.generation import generate_ids
+from causal_qwen.core.generation import generate_ids
 
 from .conftest import SMALL_NUM_ID, small_qwen
 

@@ -215,8 +215,8 @@ def test_numeric_embedding_init_std_is_gone():
 def test_convert_command_passes_the_seed(tmp_path, monkeypatch):
     """``causal-qwen convert --seed 3`` converts with seed 3 (a small base stands in for the preset: the real
     conversion of random:tiny calibrates for ~14 s per new seed)."""
-    from causal_qwen import loading
     from causal_qwen.cli import main
+    from causal_qwen.conversion import loading
 
     seen = {}
 

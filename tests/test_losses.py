@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM, losses
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.core import losses
 
 from .conftest import SMALL_NUM_ID, small_qwen
 

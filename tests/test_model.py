@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM, cauchy
-from causal_qwen.conversion import load_qwen_base
+from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM
+from causal_qwen.conversion.conversion import load_qwen_base
+from causal_qwen.core import cauchy
 
 from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
 

@@ -19,8 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from causal_qwen.numbers import find_numbers, format_prediction
-from causal_qwen.tokenizer import NumericTokenizer
+from causal_qwen.core.numbers import find_numbers, format_prediction
+from causal_qwen.core.tokenizer import NumericTokenizer
 
 NUM_ID = 151665
 
@@ -303,8 +303,8 @@ def test_decode_encode_is_nfc_identity_with_decimal_commas(german, text):
 
 # ---- float64 from the CSV to the model input -------------------------------------------------------------------
 def test_training_target_equals_the_csv_value_to_full_precision(numeric, tmp_path):
-    from causal_qwen.collator import NumericCollator, tokenize_documents
-    from causal_qwen.data import DataSource, read_documents
+    from causal_qwen.training.collator import NumericCollator, tokenize_documents
+    from causal_qwen.training.data import DataSource, read_documents
 
     cells = ["123456789", "0.1", "3.14159265358979", "1234.56", "-0.000123", "16777217", "99.99"]
     path = tmp_path / "values.csv"
@@ -354,7 +354,7 @@ def _decimals(written: str) -> int:
 
 def test_generated_numbers_are_printed_to_their_scale(numeric):
     from causal_qwen import CausalQwenForCausalLM
-    from causal_qwen.generation import generate
+    from causal_qwen.core.generation import generate
 
     model = CausalQwenForCausalLM.from_qwen("random:tiny", ovr_calibration="none")
     with torch.no_grad():
@@ -383,7 +383,7 @@ def test_generated_numbers_are_printed_to_their_scale(numeric):
 
 
 def test_predict_shows_the_same_text(numeric, tiny_model):
-    from causal_qwen.predict import predict_next
+    from causal_qwen.evaluation.predict import predict_next
 
     view = predict_next(tiny_model, numeric, "The high was", top_k=3)
     assert view.number.text == format_prediction(view.number.median, view.number.scale)
@@ -486,7 +486,7 @@ def test_model_inputs_accept_the_encoding(numeric, tiny_model):
 @given(text=NUMBER_TEXTS | st.text(alphabet=st.sampled_from(list("0123456789,.-e x_ab(")), max_size=30))
 def test_fast_paths_agree_with_the_general_reader(monkeypatch, text):
     """`find_numbers` reads plain decimals and comma lists on fast paths; they give what the general reader gives."""
-    from causal_qwen import numbers
+    from causal_qwen.core import numbers
 
     fast = find_numbers(text)
     with monkeypatch.context() as patch:

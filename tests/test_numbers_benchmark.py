@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from causal_qwen import baselines
+from causal_qwen.evaluation import baselines
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "numbers.py"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from causal_qwen import plots
+from causal_qwen.evaluation import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -23,8 +23,8 @@ POSITIONS = 256  # held-out general-text positions
 
 
 def test_regression_head_has_its_own_learning_rate():
-    from causal_qwen.modeling import CausalQwenForCausalLM
-    from causal_qwen.parameter_groups import optimizer_groups, parameter_group
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.training.parameter_groups import optimizer_groups, parameter_group
 
     from .conftest import small_qwen
 
@@ -46,7 +46,7 @@ def test_regression_head_has_its_own_learning_rate():
 def test_converted_config_drops_the_quantization_marker():
     """A GGUF base is dequantised on load; its converted config must not claim to be quantized (Trainer would
     refuse to fine-tune a folder saved with it)."""
-    from causal_qwen.conversion import causal_config_from
+    from causal_qwen.conversion.conversion import causal_config_from
 
     from .conftest import small_qwen_config
 
@@ -65,9 +65,9 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("real_weights_finetune", REPO / "benchmarks" / "real_weights_finetune.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    from causal_qwen import training
-    from causal_qwen.loading import convert_base
-    from causal_qwen.train_config import load_train_config
+    from causal_qwen.conversion.loading import convert_base
+    from causal_qwen.training import training
+    from causal_qwen.training.train_config import load_train_config
 
     config = load_train_config(
         REPO / "examples" / "seattle_weather.yaml",

@@ -30,9 +30,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def real():
     """(qwen, calibrated CausalQwen, numeric tokenizer) sharing the base's backbone."""
-    from causal_qwen.conversion import load_qwen_base
-    from causal_qwen.loading import load_tokenizer_for_base
-    from causal_qwen.modeling import CausalQwenForCausalLM
+    from causal_qwen.conversion.conversion import load_qwen_base
+    from causal_qwen.conversion.loading import load_tokenizer_for_base
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
 
     tokenizer = load_tokenizer_for_base(str(REAL_GGUF))
     qwen = load_qwen_base(str(REAL_GGUF))
@@ -44,7 +44,7 @@ def real():
 
 def held_out_batch(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, values) of ``POSITIONS + 1`` tokens of held-out documentation text without numbers, as (1,T)."""
-    from causal_qwen import calibration
+    from causal_qwen.conversion import calibration
 
     pieces = []
     for text in calibration.held_out_texts():
@@ -70,7 +70,7 @@ def test_conversion_is_exact_and_numbers_have_the_reserved_id(real):
 
 @torch.no_grad()
 def test_standard_and_causal_decisions_agree_with_the_base(real):
-    from causal_qwen.evaluation import token_totals
+    from causal_qwen.evaluation.evaluation import token_totals
 
     _, model, tokenizer = real
     ids, values = held_out_batch(tokenizer)
@@ -86,7 +86,7 @@ def test_standard_and_causal_decisions_agree_with_the_base(real):
 
 @torch.no_grad()
 def test_standard_generation_follows_the_base(real):
-    from causal_qwen.generation import generate_ids
+    from causal_qwen.core.generation import generate_ids
 
     qwen, model, tokenizer = real
     # A prompt without near-ties below the threshold level in its first tokens (where standard mode can depart from

@@ -59,8 +59,8 @@ def test_help_and_version_start_without_torch():
 def test_command_choices_match_the_library():
     from causal_qwen.commands import eval as eval_command
     from causal_qwen.commands import generate as generate_command
-    from causal_qwen.evaluation import METRIC_SETS
-    from causal_qwen.generation import MODES
+    from causal_qwen.core.generation import MODES
+    from causal_qwen.evaluation.evaluation import METRIC_SETS
 
     assert eval_command.METRIC_SETS == METRIC_SETS
     assert generate_command.MODES == MODES
@@ -77,7 +77,7 @@ def byte_level_tokenizer():
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     vocab = {char: index for index, char in enumerate(sorted(set(bytes_to_unicode().values())))}
     vocab["<|endoftext|>"] = len(vocab)
@@ -90,7 +90,7 @@ def byte_level_tokenizer():
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     """``converted/`` (a width-16 CausalQwen of 258 rows, no conversion-time calibration) and ``data.csv``."""
-    from causal_qwen.loading import convert_base
+    from causal_qwen.conversion.loading import convert_base
 
     from .conftest import small_qwen
 
@@ -128,9 +128,9 @@ def train_in_child(values: dict, resume: bool, fault: str | None, messages: str)
     """A training run in a forked child (forkserver: torch is imported once); ``fault`` sets CAUSAL_QWEN_FAULT."""
     import torch
 
-    from causal_qwen.run_folder import FAULT_ENV
-    from causal_qwen.train_config import TrainConfig
-    from causal_qwen.training import run_training
+    from causal_qwen.training.run_folder import FAULT_ENV
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import run_training
 
     torch.set_num_threads(1)
     if fault:
@@ -151,7 +151,7 @@ def children():
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["causal_qwen.training", "tests.test_robustness"])
+    context.set_forkserver_preload(["causal_qwen.training.training", "tests.test_robustness"])
     return context
 
 
@@ -169,7 +169,7 @@ def run_child(children, values: dict, resume: bool, messages: Path, fault: str |
 
 # ---- checkpoints that survive SIGKILL ----------------------------------------------------------------------
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
-# Deterministic kills inside the checkpoint and final writes (causal_qwen.run_folder.fault_point).
+# Deterministic kills inside the checkpoint and final writes (causal_qwen.training.run_folder.fault_point).
 FAULTS = (
     "checkpoint.model_written:1", "checkpoint.model_written:3", "publish.checkpoint.staged:1",
     "publish.checkpoint.staged:2", "publish.checkpoint.renamed:2", "remove.renamed:1", "publish.final.staged:1",
@@ -196,7 +196,7 @@ def final_weights(out: Path) -> dict:
 
 
 def metric_steps(out: Path) -> tuple[list[dict], list[int]]:
-    from causal_qwen.monitoring import read_metrics
+    from causal_qwen.training.monitoring import read_metrics
 
     records = read_metrics(out / "metrics.jsonl")
     return [r for r in records if "loss" in r], [r["step"] for r in records if "eval_loss" in r]
@@ -380,7 +380,7 @@ def test_partial_checkpoint_is_skipped_and_named(assets, finished_run, tmp_path)
     never resumed from: --resume names it and takes the newest complete one."""
     import shutil
 
-    from causal_qwen.run_folder import plan_run
+    from causal_qwen.training.run_folder import plan_run
 
     copy = tmp_path / "run"
     shutil.copytree(finished_run, copy)
@@ -407,8 +407,8 @@ def hold_output_dir(children, assets: Path, out: Path):
 
 
 def test_second_run_into_a_locked_folder_fails_at_once(assets, tmp_path, children):
-    from causal_qwen.train_config import TrainConfig
-    from causal_qwen.training import run_training
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import run_training
 
     out = tmp_path / "shared"
     holder = hold_output_dir(children, assets, out)
@@ -431,7 +431,7 @@ def test_second_run_into_a_locked_folder_fails_at_once(assets, tmp_path, childre
 def test_date_split_parses_dates_and_reports_sizes(tmp_path, finished_run):
     import datetime
 
-    from causal_qwen.data import DataSource, SplitSpec, read_documents, split_documents
+    from causal_qwen.training.data import DataSource, SplitSpec, read_documents, split_documents
 
     stocks = read_documents(DataSource(path="vega:stocks.csv", template="{symbol} {price}", split_by="date"))
     for split_at in ("Jan 1 2009", "2009-01-01", datetime.date(2009, 1, 1)):
@@ -475,7 +475,7 @@ def test_damaged_weights_are_one_line_errors(finished_run, assets, tmp_path, cap
 
 
 def test_non_finite_figures_are_errors_and_undefined_ones_null():
-    from causal_qwen.evaluation import checked_metrics
+    from causal_qwen.evaluation.evaluation import checked_metrics
 
     with pytest.raises(ValueError, match=r"model 'm' gives non-finite figures \(perplexity inf, ovr_prob_sum nan\)"):
         checked_metrics({"token_count": 9, "perplexity": float("inf"), "ovr_prob_sum": float("nan")}, "model 'm'")
@@ -510,14 +510,14 @@ def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path
 
 # ---- generation within the model's positions ---------------------------------------------------------------
 def test_generation_caps_at_the_position_limit(assets, caplog):
-    from causal_qwen.generation import generate
-    from causal_qwen.loading import load_model_and_tokenizer
+    from causal_qwen.conversion.loading import load_model_and_tokenizer
+    from causal_qwen.core.generation import generate
 
     model, tokenizer = load_model_and_tokenizer(model_dir=str(assets / "converted"))
     limit = model.config.max_position_embeddings  # 256
     prompt = "Day 1: the value was"
     prompt_tokens = int(tokenizer([prompt], return_tensors="pt")["input_ids"].shape[-1])
-    with caplog.at_level("WARNING", logger="causal_qwen.generation"):
+    with caplog.at_level("WARNING", logger="causal_qwen.core.generation"):
         result = generate(model, tokenizer, prompt, max_new_tokens=1_000_000_000, min_new_tokens=0)[0]
     assert f"max_new_tokens=1,000,000,000 would pass the model's {limit} positions" in caplog.text
     assert f"generating at most {limit - prompt_tokens} tokens" in caplog.text
@@ -528,8 +528,8 @@ def test_generation_caps_at_the_position_limit(assets, caplog):
 
 # ---- one source for the demo and the example ---------------------------------------------------------------
 def test_the_demo_trains_with_the_example_settings():
-    from causal_qwen import demo
-    from causal_qwen.train_config import load_train_config
+    from causal_qwen.evaluation import demo
+    from causal_qwen.training.train_config import load_train_config
 
     example = yaml.safe_load((REPO / "examples" / "seattle_weather_demo.yaml").read_text())
     settings = demo.DemoSettings()

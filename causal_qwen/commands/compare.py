@@ -30,9 +30,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compare import compare_models, format_report
-    from ..conversion import load_qwen_base
-    from ..loading import convert_base
+    from ..conversion.compare import compare_models, format_report
+    from ..conversion.conversion import load_qwen_base
+    from ..conversion.loading import convert_base
 
     qwen = load_qwen_base(args.base, gguf_file=args.gguf_file)
     causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file))
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 def _add_generation_parity(report, qwen, causal, tokenizer) -> None:
     """Greedy traditional generation vs ``Qwen2ForCausalLM.generate`` (from the generation module)."""
     try:
-        from ..generation import greedy_parity
+        from ..core.generation import greedy_parity
     except ImportError:
         return
     parity = greedy_parity(qwen, causal, tokenizer)

@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loading import convert_base
+    from ..conversion.loading import convert_base
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..demo import DemoSettings, run_demo
+    from ..evaluation.demo import DemoSettings, run_demo
 
     hf_logging.disable_progress_bar()  # the demo prints its own progress
     console = sys.stdout

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-# The metric sets of `causal_qwen.evaluation.METRIC_SETS` (spelled here so that --help imports no torch).
+# The metric sets of `causal_qwen.evaluation.evaluation.METRIC_SETS` (spelled here so that --help imports no torch).
 METRIC_SETS = ("auto", "all", "language", "numbers")
 
 
@@ -84,8 +84,8 @@ def data_spec(args: argparse.Namespace):
     """The `EvalData` of the command line, completed from the training config (`find_train_config`): data,
     template, text field/unit, numeric fields, max_length and target; its split (the validation rows) when the
     data is the config's. Explicit options win. Tells on stderr which settings came from where."""
-    from ..evaluation import EvalData
-    from ..train_config import load_train_config
+    from ..evaluation.evaluation import EvalData
+    from ..training.train_config import load_train_config
 
     path = find_train_config(args)
     config = load_train_config(path) if path is not None else None
@@ -148,8 +148,8 @@ def check_writable_file(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation import checked_metrics, evaluate_data
-    from ..loading import load_model_and_tokenizer
+    from ..conversion.loading import load_model_and_tokenizer
+    from ..evaluation.evaluation import checked_metrics, evaluate_data
 
     check_writable_file(args.json)
     if args.batch_size < 1:

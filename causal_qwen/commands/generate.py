@@ -10,7 +10,7 @@ from typing import Any
 
 from .eval import add_model_arguments
 
-# The modes of `causal_qwen.generation.MODES` (spelled here so that --help imports no torch).
+# The modes of `causal_qwen.core.generation.MODES` (spelled here so that --help imports no torch).
 MODES = ("standard", "causal", "traditional")
 
 
@@ -74,7 +74,7 @@ def _individual_argument(path: str | None, num_prompts: int):
 
 
 def _format_numbers(result) -> list[str]:
-    """The numbers of a `causal_qwen.generation.GenerationResult`, one line each."""
+    """The numbers of a `causal_qwen.core.generation.GenerationResult`, one line each."""
     lines = []
     for number in result.numbers:
         line = f"  number at token {number.token_index}: {number.text or format(number.value, '.6g')}"
@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     for index, prompt in enumerate(args.prompts):
         if prompt == "":
             raise ValueError(f"prompt {index} is empty")
-    from ..generation import generate
-    from ..loading import load_model_and_tokenizer
+    from ..conversion.loading import load_model_and_tokenizer
+    from ..core.generation import generate
 
     individual = _individual_argument(args.individual, len(args.prompts))
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)

@@ -61,8 +61,8 @@ def _model_and_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False):
-    from ..evaluation import evaluate_data
-    from ..loading import load_model_and_tokenizer
+    from ..conversion.loading import load_model_and_tokenizer
+    from ..evaluation.evaluation import evaluate_data
 
     check_writable_file(args.out)
     spec = data_spec(args)
@@ -80,7 +80,7 @@ def run_numbers(args: argparse.Namespace) -> int:
         raise ValueError(f"--count must be positive, got {args.count}")
     import torch
 
-    from .. import plots
+    from ..evaluation import plots
 
     numbers, _ = _number_predictions(args)
     chosen = torch.linspace(0, len(numbers) - 1, min(args.count, len(numbers))).round().long().unique()  # spread out
@@ -93,7 +93,7 @@ def run_numbers(args: argparse.Namespace) -> int:
 
 
 def run_calibration(args: argparse.Namespace) -> int:
-    from .. import plots
+    from ..evaluation import plots
 
     numbers, data = _number_predictions(args)
     path = plots.plot_calibration({data: numbers.pit()}, args.out)
@@ -102,7 +102,7 @@ def run_calibration(args: argparse.Namespace) -> int:
 
 
 def run_individuals(args: argparse.Namespace) -> int:
-    from .. import plots
+    from ..evaluation import plots
 
     numbers, _ = _number_predictions(args, keep_individuals=True)
     if len(numbers) < 2:
@@ -114,9 +114,9 @@ def run_individuals(args: argparse.Namespace) -> int:
 
 
 def run_next_token(args: argparse.Namespace) -> int:
-    from .. import plots
-    from ..loading import load_model_and_tokenizer
-    from ..predict import predict_next
+    from ..conversion.loading import load_model_and_tokenizer
+    from ..evaluation import plots
+    from ..evaluation.predict import predict_next
 
     check_writable_file(args.out)
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
@@ -136,8 +136,8 @@ def run_next_token(args: argparse.Namespace) -> int:
 def run_training(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .. import plots
-    from ..monitoring import read_metrics
+    from ..evaluation import plots
+    from ..training.monitoring import read_metrics
 
     check_writable_file(args.out)
     metrics = Path(args.metrics)

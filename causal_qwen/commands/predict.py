@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def format_view(view) -> str:
-    """The `causal_qwen.predict.NextStepView` as a text table."""
+    """The `causal_qwen.evaluation.predict.NextStepView` as a text table."""
     threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
     lines = [f"next step after {view.text!r}{threshold}"]
     header = (
@@ -50,8 +50,8 @@ def format_view(view) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loading import load_model_and_tokenizer
-    from ..predict import predict_next
+    from ..conversion.loading import load_model_and_tokenizer
+    from ..evaluation.predict import predict_next
 
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)

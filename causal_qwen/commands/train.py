@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..train_config import load_train_config, valid_keys
+from ..training.train_config import load_train_config, valid_keys
 
 
 def register(subparsers) -> None:
@@ -43,8 +43,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..monitoring import read_metrics
-    from ..training import run_training
+    from ..training.monitoring import read_metrics
+    from ..training.training import run_training
 
     config = load_train_config(args.config, args.overrides)
     main_process = int(os.environ.get("RANK", "0")) == 0

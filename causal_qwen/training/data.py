@@ -204,7 +204,7 @@ class TemplateRenderer:
 
 def _reads_as_number(spelled: str, number: float) -> bool:
     """Whether the number grammar reads ``spelled`` whole as one number of value ``number`` (float64)."""
-    from .numbers import find_numbers
+    from ..core.numbers import find_numbers
 
     spans = find_numbers(spelled)
     return len(spans) == 1 and spans[0].text == spelled and spans[0].value == number
@@ -330,7 +330,7 @@ def _rows_to_documents(
 
 class TargetLocator:
     """Where a template field's number sits among a rendered text's numbers: the template up to the field's
-    first placeholder is rendered with the row, and its numbers counted (`causal_qwen.numbers`)."""
+    first placeholder is rendered with the row, and its numbers counted (`causal_qwen.core.numbers`)."""
 
     def __init__(self, template: str, target: str, numeric_fields: Sequence[str]) -> None:
         self.target = target
@@ -341,7 +341,7 @@ class TargetLocator:
 
     def locate(self, row: dict[str, Any], where: str) -> tuple[int, float]:
         """``(ordinal, value)`` of the target's number in the row's text."""
-        from .numbers import find_numbers
+        from ..core.numbers import find_numbers
 
         value = parse_number(row.get(self.target))
         if value is None:

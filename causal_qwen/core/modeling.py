@@ -10,7 +10,7 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
 The backbone keeps Qwen's attribute names (``model.*``), so Qwen checkpoints load without renaming.
 docs/design.md describes the data flow, the initialisation and the losses.
 
-Saved folders carry ``auto_map`` and a copy of this package's modules (`register_for_auto_class`, the custom
+Saved folders carry ``auto_map`` and a copy of this folder's modules (`register_for_auto_class`, the custom
 model mechanism of transformers), so ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``
 loads them in a Python that never imported ``causal_qwen``.
 """
@@ -160,7 +160,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         # An absolute import: a folder saved with its code (see the module docstring) carries the modules that
         # load and run the model, not the conversion, which needs the installed package.
         try:
-            from causal_qwen.conversion import convert_qwen
+            from causal_qwen.conversion.conversion import convert_qwen
         except ImportError as error:
             raise ImportError("converting a Qwen base needs the causal_qwen package (pip install causal-qwen)") from error
         return convert_qwen(cls, base, **overrides)
@@ -523,7 +523,7 @@ def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:
 
 # Saved folders name these classes in ``auto_map`` and carry this module's source (see the module docstring).
 CausalQwenForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-if __name__ == "causal_qwen.modeling":  # the package itself, not the copy saved beside a model
+if __name__ == "causal_qwen.core.modeling":  # the package itself, not the copy saved beside a model
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

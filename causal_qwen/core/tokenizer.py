@@ -1,6 +1,6 @@
 """NumericTokenizer: text with numbers → token ids, the numbers' values and their surface strings.
 
-Every quantity in a text (as found by :func:`causal_qwen.numbers.find_numbers`) becomes exactly one
+Every quantity in a text (as found by :func:`causal_qwen.core.numbers.find_numbers`) becomes exactly one
 ``<NUM>`` token; its value (float64) is carried in a parallel ``numeric_values`` row and the number as it
 was written (``"1,234.50"``) in a parallel ``numeric_strings`` row (``""`` at other positions). The text
 between numbers is tokenized by the base (Qwen2) vocabulary, piece by piece. So for
@@ -32,7 +32,7 @@ Only numbers produce the ``<NUM>`` id: a literal ``"<NUM>"`` in the input text i
 tokens. Text is first normalized with the base tokenizer's own normalizer (NFC for Qwen2; it must be
 idempotent), then numbers are found in the normalized text.
 
-The offline Qwen2.5 vocabulary lives in `causal_qwen.qwen_vocab` (:func:`build_qwen25_base_tokenizer`);
+The offline Qwen2.5 vocabulary lives in `causal_qwen.core.qwen_vocab` (:func:`build_qwen25_base_tokenizer`);
 :meth:`NumericTokenizer.default` builds on it.
 
 Shapes: B batch size, S sequence length (after padding/truncation).
@@ -166,7 +166,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         decimal_comma: read ``,`` as the decimal point and ``.`` as the thousands separator (German,
             French, ... text); default ``False``: English conventions (docs/number_grammar.md).
         number_min_decimals: the fewest decimals a generated number is printed with (the decimals the
-            training data wrote, when known; :func:`causal_qwen.numbers.format_prediction`).
+            training data wrote, when known; :func:`causal_qwen.core.numbers.format_prediction`).
 
     Attributes:
         num_token_id: id of ``<NUM>``.
@@ -731,10 +731,10 @@ class NumericTokenizer(PreTrainedTokenizerFast):
 # Saved folders name this class in ``auto_map`` and carry this module's source (with numbers.py and
 # qwen_vocab.py), so that AutoTokenizer loads them with trust_remote_code=True without causal_qwen installed.
 NumericTokenizer.register_for_auto_class("AutoTokenizer")
-if __name__ == "causal_qwen.tokenizer":  # the package itself, not the copy saved beside a model
+if __name__ == "causal_qwen.core.tokenizer":  # the package itself, not the copy saved beside a model
     import importlib
 
-    AutoTokenizer.register(importlib.import_module("causal_qwen.configuration").CausalQwenConfig,
+    AutoTokenizer.register(importlib.import_module("causal_qwen.core.configuration").CausalQwenConfig,
                            tokenizer_class=NumericTokenizer, exist_ok=True)
 
 

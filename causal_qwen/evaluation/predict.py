@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import cauchy
-from .numbers import format_prediction
+from ..core import cauchy
+from ..core.numbers import format_prediction
 
 logger = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ class NumberPrediction:
     token_index: position in the generated ``token_ids``; value: the number fed back.
     median, scale: ``loc_Y``, ``scale_Y``; interval_50, interval_90: central intervals
     ``median ± scale·tan(π·q/2)``. text: the number as written in the text, to the precision its scale
-    carries (`causal_qwen.numbers.format_prediction`).
+    carries (`causal_qwen.core.numbers.format_prediction`).
     """
 
     token_index: int

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from transformers import TrainerCallback
 
-from . import cauchy, losses
+from ..core import cauchy, losses
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@
 | W_cls, b_cls                           | a clone of Qwen's lm_head, 0                    |
 | W_reg, b_reg / b_noise / thresholds t  | N(0, 1/C), 0 / noise_init / ovr_threshold       |
 
-With ``ovr_calibration="base_agreement"`` (the default) `causal_qwen.calibration` then replaces the scale,
+With ``ovr_calibration="base_agreement"`` (the default) `causal_qwen.conversion.calibration` then replaces the scale,
 ``b_noise`` and the thresholds (none of which moves ``loc_S``).
 """
 
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import Qwen2ForCausalLM
 
+from ..core.configuration import CausalQwenConfig
 from . import presets
-from .configuration import CausalQwenConfig
 
 if TYPE_CHECKING:
-    from .modeling import CausalQwenForCausalLM
+    from ..core.modeling import CausalQwenForCausalLM
 
 logger = logging.getLogger(__name__)
 

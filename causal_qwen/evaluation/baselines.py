@@ -30,7 +30,7 @@ The baselines, fitted on the training rows only:
                           [q05, q95]; its density (for the log score and the calibration table) is the Cauchy
                           whose quartiles are q25 and q75: Cauchy(q50, (q75 − q25)/2)
 
-The design matrix X is `causal_qwen.demo.design_matrix` (an intercept, numeric fields as values, a date as
+The design matrix X is `causal_qwen.evaluation.demo.design_matrix` (an intercept, numeric fields as values, a date as
 day-of-year sin/cos, other fields one-hot over their training levels).
 """
 
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from . import cauchy
+from ..core import cauchy
 from .evaluation import CALIBRATION_LEVELS, spearman
 
 FAMILIES = ("cauchy", "gaussian", "laplace")

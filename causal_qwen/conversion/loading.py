@@ -2,7 +2,7 @@
 
 Weights are checked on load: a damaged ``.safetensors`` file (truncated, bad header) or a tensor holding NaN or
 infinite values raises ``ValueError`` naming the file, rather than a traceback or a model that scores NaN.
-A hub id that is neither cached nor reachable fails at once (`causal_qwen.hub`).
+A hub id that is neither cached nor reachable fails at once (`causal_qwen.conversion.hub`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .hub import check_hub_id, looks_like_hub_id
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
     """The `NumericTokenizer` of a base: the offline Qwen2.5 tokenizer for presets and model objects,
     else the tokenizer stored with the base."""
-    from .tokenizer import NumericTokenizer
+    from ..core.tokenizer import NumericTokenizer
 
     if not isinstance(base, (str, os.PathLike)) or presets.is_preset(os.fspath(base)):
         return NumericTokenizer.default()
@@ -35,7 +35,7 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
 
 def check_causal_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a converted CausalQwen model (not a plain Qwen2 one)."""
-    from .configuration import CausalQwenConfig
+    from ..core.configuration import CausalQwenConfig
 
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -51,7 +51,7 @@ def check_causal_qwen_folder(path: Path) -> None:
 
 def load_model_and_tokenizer(model_dir: str | None = None, base: str | None = None, gguf_file: str | None = None):
     """``(CausalQwenForCausalLM, NumericTokenizer)`` from a converted folder, or converted on the fly from a base."""
-    from .tokenizer import NumericTokenizer
+    from ..core.tokenizer import NumericTokenizer
 
     if (model_dir is None) == (base is None):
         raise ValueError("give exactly one of a model folder (--model) or a base (--base)")
@@ -64,7 +64,7 @@ def load_model_and_tokenizer(model_dir: str | None = None, base: str | None = No
 def load_causal_model(model_dir: str | os.PathLike, **overrides):
     """`CausalQwenForCausalLM.from_pretrained` of a converted folder, its weight files checked before and its
     tensors after (``ValueError`` naming the file when one is damaged or holds NaN/inf)."""
-    from .modeling import CausalQwenForCausalLM
+    from ..core.modeling import CausalQwenForCausalLM
 
     path = Path(model_dir)
     check_causal_qwen_folder(path)
@@ -135,7 +135,7 @@ def _first_line(error: BaseException) -> str:
 def convert_base(base, gguf_file: str | None = None, **overrides):
     """``(CausalQwenForCausalLM, NumericTokenizer)`` converted from a Qwen2 base, with ``<NUM>`` at the id the
     tokenizer chose (its first reserved slot, or one new row), so model and tokenizer always agree."""
-    from .modeling import CausalQwenForCausalLM
+    from ..core.modeling import CausalQwenForCausalLM
 
     tokenizer = load_tokenizer_for_base(base, gguf_file)
     overrides.setdefault("num_token_id", tokenizer.num_token_id)

@@ -48,8 +48,8 @@ class CausalQwenConfig(Qwen2Config):
     seed (`int`, defaults to 0): seed of the random draws made when converting from Qwen (``w_num``, ``W_reg``,
         a ``"uniform"`` ``b_noise``); the same base and seed give the same model.
     ovr_calibration (`str`, defaults to ``"base_agreement"``): how the conversion from Qwen sets the thresholds and
-        the decision scale (`causal_qwen.calibration`): ``"base_agreement"`` fits them to the base's logits on a fixed
-        calibration text; ``"none"`` keeps the literal ``initial_scale`` / ``noise_init`` / ``ovr_threshold``.
+        the decision scale (`causal_qwen.conversion.calibration`): ``"base_agreement"`` fits them to the base's
+        logits on a fixed calibration text; ``"none"`` keeps the literal ``initial_scale`` / ``noise_init`` / ``ovr_threshold``.
     calibration_positions (`int`, defaults to 4096): calibration text positions used by ``"base_agreement"``.
     """
 
@@ -125,7 +125,7 @@ class CausalQwenConfig(Qwen2Config):
 # Saved configs name this class in ``auto_map`` and carry this module's source, so that AutoConfig loads them
 # with ``trust_remote_code=True`` in a Python that never imported ``causal_qwen``.
 CausalQwenConfig.register_for_auto_class()
-if __name__ == "causal_qwen.configuration":  # the package itself, not the copy saved beside a model
+if __name__ == "causal_qwen.core.configuration":  # the package itself, not the copy saved beside a model
     from transformers import AutoConfig
 
     AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)

@@ -309,7 +309,7 @@ def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, C
     head = model.action.classification_head
     vocab_size = head.weight.shape[0]
     if tokenizer is None and vocab_size > QWEN25_TEXT_IDS:
-        from .tokenizer import NumericTokenizer
+        from ..core.tokenizer import NumericTokenizer
 
         tokenizer = NumericTokenizer.default()
     if tokenizer is not None and _tokenizer_fits(tokenizer, vocab_size):

@@ -1,0 +1,15 @@
+"""The model and everything a saved model folder carries: the Cauchy math (`cauchy`), `CausalQwenConfig`
+(`configuration`), the causal heads (`heads`), the reference and the vocabulary-chunked fused losses (`losses`,
+`fused_ovr`), `CausalQwenForCausalLM` (`modeling`), generation in its three modes (`generation`), the number
+grammar (`numbers`) and the numeric tokenizer with its offline Qwen2.5 vocabulary (`tokenizer`, `qwen_vocab`).
+
+This folder is flat on purpose, and nothing else may join it in a sub-folder. ``save_pretrained`` copies the
+module defining the model, its config or its tokenizer into the saved folder, flat beside the weights, together
+with every module it reaches through single-dot relative imports (``from .cauchy import ...``; transformers'
+`custom_object_save` and `get_relative_imports`); ``AutoModelForCausalLM`` / ``AutoTokenizer`` with
+``trust_remote_code=True`` then run that copy in a Python that never imported ``causal_qwen``. So every module
+the model or the tokenizer needs lives here and imports its siblings only as ``from .x import y`` (transformers
+does not follow ``from . import x``: `generation`'s ``from . import cauchy`` works because `modeling` imports
+``.cauchy`` by name). The one way out is the conversion, which `CausalQwenForCausalLM.from_qwen` imports
+absolutely from the installed package. This file imports nothing: a folder saved with the model never has it.
+"""
