@@ -9,7 +9,18 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+def torch_threads() -> int:
+    """At most 2 threads, and no more than this process's share of the cores: under pytest-xdist every worker
+    is a process of its own, and two workers with two threads each on two cores spend most of the tiny models'
+    many small operations spinning (the model and loss tests ran 5x slower so)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, torch.get_num_threads(), cores // workers))
+
+
+torch.set_num_threads(torch_threads())
 
 SMALL_VOCAB = 512
 SMALL_NUM_ID = 500

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 
 import pytest
@@ -13,40 +16,67 @@ from causal_qwen.core.modeling import CausalQwenForCausalLM
 from causal_qwen.core.tokenizer import NumericTokenizer
 
 
-@pytest.mark.parametrize("preset", ["random:tiny", "random:tiny-untied"])
-def test_compare_report_passes_on_presets(preset):
-    qwen = load_qwen_base(preset)
-    causal = CausalQwenForCausalLM.from_qwen(preset)
-    report = compare_models(qwen, causal, NumericTokenizer.default(), base_name=preset)
-    assert report.feature_max_abs_diff == 0.0
-    assert report.logits_max_abs_diff <= 1e-5
-    assert abs(report.scale_U_mean - report.expected_scale_U) <= 1e-4 and report.scale_U_std <= 1e-5
-    assert report.num_token_id == 151665
-    assert report.weights_identical and report.passed
-    assert report.positions_after_numbers > 0 and report.feature_max_abs_diff_after_numbers > 0
+def assert_conversion_passes(report: dict) -> None:
+    """The figures of a faithful conversion of a tiny preset (a `ComparisonReport.to_dict`)."""
+    assert report["feature_max_abs_diff"] == 0.0
+    assert report["logits_max_abs_diff"] <= 1e-5
+    assert abs(report["scale_U_mean"] - report["expected_scale_U"]) <= 1e-4 and report["scale_U_std"] <= 1e-5
+    assert report["num_token_id"] == 151665
+    assert report["weights_identical"] and report["passed"]
+    assert report["positions_after_numbers"] > 0 and report["feature_max_abs_diff_after_numbers"] > 0
 
 
-def test_compare_detects_a_broken_conversion():
-    qwen = load_qwen_base("random:tiny")
-    causal = CausalQwenForCausalLM.from_qwen("random:tiny")
+@pytest.fixture(scope="module")
+def tiny_pair():
+    """random:tiny and its default (calibrated) conversion, built once: a conversion calibrates for many seconds.
+    The tests only read them (the broken-conversion test breaks a copy)."""
+    return load_qwen_base("random:tiny"), CausalQwenForCausalLM.from_qwen("random:tiny")
+
+
+@pytest.fixture(scope="module")
+def untied_cli_run(tmp_path_factory) -> tuple[int, str, dict]:
+    """``causal-qwen compare --base random:tiny-untied --json PATH``, run once: (exit status, printed text, JSON
+    report). It is the untied preset's report and the command's own test (a comparison takes many seconds)."""
+    path = tmp_path_factory.mktemp("compare") / "report.json"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main(["compare", "--base", "random:tiny-untied", "--json", str(path)])
+    return status, printed.getvalue(), json.loads(path.read_text())
+
+
+def test_compare_report_passes_on_the_tied_preset(tiny_pair):
+    qwen, causal = tiny_pair
+    report = compare_models(qwen, causal, NumericTokenizer.default(), base_name="random:tiny")
+    assert_conversion_passes(report.to_dict())
+
+
+def test_compare_report_passes_on_the_untied_preset(untied_cli_run):
+    """Converted and compared through the command (the same `convert_base` and `compare_models`)."""
+    status, _, report = untied_cli_run
+    assert status == 0
+    assert report["base"] == "random:tiny-untied"
+    assert_conversion_passes(report)
+
+
+def test_compare_detects_a_broken_conversion(tiny_pair):
+    qwen, converted = tiny_pair
+    causal = copy.deepcopy(converted)
     causal.action.classification_head.weight.data[5] += 0.5
     report = compare_models(qwen, causal, NumericTokenizer.default())
     assert not report.weights_identical and not report.passed
     assert report.logits_max_abs_diff > 1e-3
 
 
-def test_compare_cli_json(capsys, tmp_path):
-    path = tmp_path / "report.json"
-    status = main(["compare", "--base", "random:tiny-untied", "--json", str(path)])
+def test_compare_cli_json(untied_cli_run):
+    status, printed, data = untied_cli_run
     assert status == 0
-    data = json.loads(path.read_text())
     for key in (
         "feature_max_abs_diff", "logits_max_abs_diff", "logits_max_rel_diff", "softmax_kl", "scale_U_mean",
         "scale_U_std", "num_token_id", "num_softmax_prob_max", "weights_identical", "passed",
     ):
         assert key in data, key
     assert data["passed"] is True
-    assert "overall" in capsys.readouterr().out
+    assert "overall" in printed
 
 
 def test_convert_cli_writes_loadable_folder(tmp_path):

@@ -7,6 +7,7 @@ processes with batch 2 see the same global batches and the same per-process toke
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import subprocess
@@ -42,6 +43,22 @@ def assets(tmp_path_factory) -> Path:
     rows = ["day,value"] + [f"{day},{(day * 37) % 50 / 4}" for day in range(1, 49)]
     (root / "data.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
+
+
+@pytest.fixture(scope="module")
+def initial(assets) -> CausalQwenForCausalLM:
+    """The default (calibrated) conversion of the base, which every run here starts from. Built once and only
+    read: calibrating a 151,936-row head takes many seconds, and runs converting the same base file in this
+    process reuse its calibration."""
+    return CausalQwenForCausalLM.from_qwen(str(assets / "base"))
+
+
+@pytest.fixture(scope="module")
+def converted(assets, initial) -> Path:
+    """`initial` saved as a CausalQwen folder, for runs in other processes (each would calibrate again)."""
+    folder = assets / "converted"
+    initial.save_pretrained(folder)
+    return folder
 
 
 def settings(assets: Path, out: Path, **overrides) -> dict:
@@ -146,42 +163,42 @@ def decision_scale(model) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_decision_scale_stays_as_converted_by_default(assets, tmp_path, lora):
+def test_decision_scale_stays_as_converted_by_default(assets, initial, tmp_path, lora):
     """``freeze_decision_scale`` (default true): W_scale, b_scale and b_noise keep their converted values, also
     through peft's trainable copies of the heads, while the rest of the heads learn."""
     result = run_training(config(assets, tmp_path, max_steps=2, lora=lora, lora_r=4))
-    initial = decision_scale(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    converted = decision_scale(initial)
     trained_model = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     for name, value in decision_scale(trained_model).items():
-        assert torch.equal(value, initial[name]), name
+        assert torch.equal(value, converted[name]), name
     assert not torch.equal(trained_model.abduction.loc_net.weight, torch.eye(32)), "the rest of the heads train"
 
 
-def test_decision_scale_trains_when_asked(assets, tmp_path):
+def test_decision_scale_trains_when_asked(assets, initial, tmp_path):
     result = run_training(config(assets, tmp_path, max_steps=2, freeze_decision_scale=False))
-    initial = decision_scale(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    converted = decision_scale(initial)
     trained = decision_scale(CausalQwenForCausalLM.from_pretrained(result.final_dir))
-    assert not torch.equal(trained["b_scale"], initial["b_scale"])
-    assert not torch.equal(trained["b_noise"], initial["b_noise"])
+    assert not torch.equal(trained["b_scale"], converted["b_scale"])
+    assert not torch.equal(trained["b_noise"], converted["b_noise"])
 
 
-def test_backbone_frozen_for_the_first_steps_only(assets, tmp_path):
+def test_backbone_frozen_for_the_first_steps_only(assets, initial, tmp_path):
     snapshots: list[dict[str, torch.Tensor]] = []
 
     class Snapshot(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
             snapshots.append(backbone_state(model))
 
-    initial = backbone_state(CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS)))
+    before = backbone_state(initial)
     run_training(config(assets, tmp_path, freeze_backbone_steps=2, max_steps=3), callbacks=[Snapshot()])
     assert len(snapshots) == 3
     for step in (0, 1):
-        assert all(torch.equal(snapshots[step][name], initial[name]) for name in initial), f"step {step + 1}"
-    assert any(not torch.equal(snapshots[2][name], initial[name]) for name in initial), "step 3 trains it"
+        assert all(torch.equal(snapshots[step][name], before[name]) for name in before), f"step {step + 1}"
+    assert any(not torch.equal(snapshots[2][name], before[name]) for name in before), "step 3 trains it"
 
 
 # ---- LoRA ------------------------------------------------------------------------------------------------
-def test_lora_trains_adapters_and_heads_only_and_the_adapter_reloads(assets, tmp_path):
+def test_lora_trains_adapters_and_heads_only_and_the_adapter_reloads(assets, initial, tmp_path):
     from peft import PeftModel
 
     result = run_training(
@@ -194,7 +211,7 @@ def test_lora_trains_adapters_and_heads_only_and_the_adapter_reloads(assets, tmp
         "merged adapters change the backbone weights they target"
     assert not torch.equal(merged.action.classification_head.weight, base.lm_head.weight)
 
-    fresh = CausalQwenForCausalLM.from_qwen(small_qwen(tied=True, vocab_size=QWEN25_ROWS))
+    fresh = copy.deepcopy(initial)  # peft adds its layers to the model it is given
     reloaded = PeftModel.from_pretrained(fresh, str(result.adapter_dir)).eval()
     trainable_names = set()
     for name, param in reloaded.named_parameters():
@@ -224,8 +241,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_gloo_processes_match_one_process(assets, tmp_path):
-    exact = dict(max_steps=3, model_config={})  # sampled negatives would differ between processes
+def test_two_gloo_processes_match_one_process(assets, converted, tmp_path):
+    """Both sides start from the converted folder (a conversion in each process would calibrate again)."""
+    exact = dict(max_steps=3, model_config={}, model=str(converted))  # sampled negatives would differ between processes
     single = run_training(config(assets, tmp_path / "one", batch_size=4, **exact))
 
     cfg = tmp_path / "ddp.yaml"
