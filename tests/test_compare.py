@@ -77,6 +77,8 @@ def test_compare_cli_json(untied_cli_run):
         assert key in data, key
     assert data["passed"] is True
     assert "overall" in printed
+    # greedy traditional generation of the calibrated conversion equals Qwen's, token for token
+    assert data["greedy_total_tokens"] > 0 and data["greedy_match_tokens"] == data["greedy_total_tokens"]
 
 
 def test_convert_cli_writes_loadable_folder(tmp_path):
