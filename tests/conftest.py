@@ -49,3 +49,20 @@ def small_qwen(tied: bool = True, seed: int = 0, **config_kwargs) -> Qwen2ForCau
 @pytest.fixture(params=[True, False], ids=["tied", "untied"])
 def small_base(request) -> Qwen2ForCausalLM:
     return small_qwen(tied=request.param)
+
+
+def byte_level_tokenizer():
+    """A `NumericTokenizer` over 256 byte tokens + <|endoftext|> (<NUM> appended as id 257): it loads in
+    milliseconds, where the real 151,936-row vocabulary makes every model that reads it slow to convert and run."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    vocab = {char: index for index, char in enumerate(sorted(set(bytes_to_unicode().values())))}
+    vocab["<|endoftext|>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return NumericTokenizer(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>"))

@@ -8,12 +8,16 @@ import io
 import json
 
 import pytest
+import torch
+from transformers import Qwen2ForCausalLM
 
 from causal_qwen.cli import main
 from causal_qwen.conversion.compare import compare_models
 from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core.modeling import CausalQwenForCausalLM
 from causal_qwen.core.tokenizer import NumericTokenizer
+
+from .conftest import byte_level_tokenizer, small_qwen_config
 
 
 def assert_conversion_passes(report: dict) -> None:
@@ -29,7 +33,7 @@ def assert_conversion_passes(report: dict) -> None:
 @pytest.fixture(scope="module")
 def tiny_pair():
     """random:tiny and its default (calibrated) conversion, built once: a conversion calibrates for many seconds.
-    The tests only read them (the broken-conversion test breaks a copy)."""
+    The tests only read them."""
     return load_qwen_base("random:tiny"), CausalQwenForCausalLM.from_qwen("random:tiny")
 
 
@@ -58,11 +62,22 @@ def test_compare_report_passes_on_the_untied_preset(untied_cli_run):
     assert_conversion_passes(report)
 
 
-def test_compare_detects_a_broken_conversion(tiny_pair):
-    qwen, converted = tiny_pair
-    causal = copy.deepcopy(converted)
+def test_compare_detects_a_broken_conversion():
+    """A small base over a byte-level vocabulary: the checks read any base alike, and a comparison over the
+    151,936-row vocabulary takes many seconds. The intact conversion passes them, the broken one does not."""
+    tokenizer = byte_level_tokenizer()
+    config = small_qwen_config(vocab_size=len(tokenizer), hidden_size=16)
+    config.max_position_embeddings = 4096  # the held-out prompts run to about 1,200 bytes
+    torch.manual_seed(0)
+    qwen = Qwen2ForCausalLM(config).eval()
+    intact = CausalQwenForCausalLM.from_qwen(
+        copy.deepcopy(qwen), num_token_id=tokenizer.num_token_id, ovr_calibration="none"
+    )
+    report = compare_models(qwen, intact, tokenizer)
+    assert report.weights_identical and report.feature_max_abs_diff == 0.0 and report.logits_max_abs_diff <= 1e-5
+    causal = copy.deepcopy(intact)
     causal.action.classification_head.weight.data[5] += 0.5
-    report = compare_models(qwen, causal, NumericTokenizer.default())
+    report = compare_models(qwen, causal, tokenizer)
     assert not report.weights_identical and not report.passed
     assert report.logits_max_abs_diff > 1e-3
 

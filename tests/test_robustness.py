@@ -70,29 +70,12 @@ def test_command_choices_match_the_library():
 TEMPLATE = "Day {day}: the value was {value} units."
 
 
-def byte_level_tokenizer():
-    """A `NumericTokenizer` over 256 byte tokens + <|endoftext|> (<NUM> appended as id 257): it loads in
-    milliseconds, so that the many short runs below spend their time training and writing checkpoints."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    from causal_qwen.core.tokenizer import NumericTokenizer
-
-    vocab = {char: index for index, char in enumerate(sorted(set(bytes_to_unicode().values())))}
-    vocab["<|endoftext|>"] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    return NumericTokenizer(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>"))
-
-
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     """``converted/`` (a width-16 CausalQwen of 258 rows, no conversion-time calibration) and ``data.csv``."""
     from causal_qwen.conversion.loading import convert_base
 
-    from .conftest import small_qwen
+    from .conftest import byte_level_tokenizer, small_qwen
 
     root = tmp_path_factory.mktemp("robustness_assets")
     tokenizer = byte_level_tokenizer()
