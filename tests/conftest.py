@@ -9,6 +9,11 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# For the processes started from here on (pytest-xdist's workers, the commands and training runs the tests
+# start): glibc's malloc hands every block above 32 MB back to the kernel when it is freed, and the heads over
+# the 151,936-row vocabulary allocate such blocks again and again, each one page-faulted in anew (a conversion
+# of random:tiny spent 11 s of 26 in the kernel so). Served from the heap instead, freed blocks are reused.
+os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824")
 
 
 def torch_threads() -> int:
@@ -21,6 +26,48 @@ def torch_threads() -> int:
 
 
 torch.set_num_threads(torch_threads())
+
+# ---- scheduling under pytest-xdist (`--dist loadscope --no-loadscope-reorder`, pyproject.toml) -------------
+# Every module is one unit of work, run whole on one worker, so that its module-scoped models, tokenizers and
+# training runs are built once. test_compare and test_demo form one unit: `compare_models` holds about 13 GB
+# at its peak on the tiny presets, and two at once do not fit a small machine (a worker was killed so).
+SHARED_GROUPS = {"test_compare": "compare_models", "test_demo": "compare_models"}
+# The slowest units start first (each 10 s to 90 s on one worker of a quiet 2-core machine), so that the
+# workers end together; the other modules (a few seconds each) follow in file order.
+SLOWEST_FIRST = (
+    "compare_models", "test_robustness", "test_training", "test_numbers_benchmark", "test_generation",
+    "test_plots", "test_evaluation", "test_hf_generate", "test_number_grammar", "test_tokenizer",
+)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The unit of work of a test: its module's name, or the group the module shares."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED_GROUPS.get(module, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's loadscope scheduling with the units and order above (its own `xdist_group` marks do not
+    reach the scheduler under pytest 9.2, which no longer reads the node id xdist rewrites)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlowestUnitsFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+        def schedule(self) -> None:
+            if self.collection is None:  # the first call, all collections in: order them by unit
+                rank = {group: index for index, group in enumerate(SLOWEST_FIRST)}
+                for node, nodeids in self.registered_collections.items():
+                    self.registered_collections[node] = sorted(
+                        nodeids, key=lambda nodeid: rank.get(xdist_group(nodeid), len(rank))
+                    )
+            super().schedule()
+
+    return SlowestUnitsFirst(config, log)
+
 
 SMALL_VOCAB = 512
 SMALL_NUM_ID = 500

@@ -15,35 +15,39 @@ from causal_qwen.core.modeling import CausalQwenForCausalLM
 from .conftest import SMALL_NUM_ID, small_qwen
 
 
-def test_flat_profile_evens_out_the_row_scales_of_the_tokens_near_the_top():
-    generator = torch.Generator().manual_seed(0)
-    vocab, causal = 400, 24
-    # rows whose magnitude sits in different components: plain row norms differ by up to ~3x
-    weight = torch.randn(vocab, causal, generator=generator)
-    weight[: vocab // 2, : causal // 2] *= 6  # half the rows are large in the first half of the components
-    top_ids = torch.randint(0, vocab, (256, 8), generator=generator)
-    seen = top_ids.unique()
-    plain = weight.abs().sum(dim=1)[seen].log().std()
-    profile = calibration.flat_profile(weight, top_ids)
-    assert profile.shape == (causal,) and bool((profile > 0).all())
-    scales, kappa = calibration.relative_row_scales(weight, profile, top_ids)
-    assert scales.shape == (vocab,) and kappa > 0
-    assert float(scales[seen].log().std()) < 0.5 * float(plain)
-    assert torch.allclose(calibration.flat_profile(weight, top_ids), profile)  # deterministic
-
-
-def test_level_above_the_runner_up_gives_the_top_token_whatever_the_row_scales():
+def test_row_dependent_scales_can_overturn_the_greedy_token_and_the_shared_token_noise_cannot():
     top_values = torch.tensor([[10.0, 9.0, 8.0], [20.0, 19.5, 3.0]])  # (N,K) descending
     top_ids = torch.tensor([[0, 1, 2], [3, 4, 5]])
-    row_scales = torch.tensor([1.0, 5.0, 5.0, 3.0, 0.5, 3.0])
-    # above every logit the larger rows win (the runner-up at the first position, the top at the second); at 9.5 the first position's top is the only token above it (it
-    # wins), the second position's runner-up has a 6x smaller row and is above it too (it wins)
-    assert calibration.standard_agreement(top_values, top_ids, row_scales, 25.0) == 0.5
-    assert calibration.standard_agreement(top_values, top_ids, row_scales, 9.5) == 0.5
-    level, agreement = calibration.choose_level(top_values, top_ids, row_scales)
-    quantiles = torch.quantile(top_values[:, 0], torch.linspace(0.02, 0.98, calibration.LEVEL_CANDIDATES))
-    best = max(calibration.standard_agreement(top_values, top_ids, row_scales, float(x)) for x in quantiles)
-    assert agreement == calibration.standard_agreement(top_values, top_ids, row_scales, level) == best
+    row_scales = torch.tensor([1.0, 5.0, 5.0, 3.0, 0.5, 3.0])  # ŝ_k: rows of very different size
+    # with the whole scale row-dependent (ρ = 1), at a threshold above every logit the larger rows win (the runner-up
+    # at the first position); at 9.5 the second position's runner-up, with a 6x smaller row, beats its top
+    for threshold in (25.0, 9.5):
+        assert calibration.standard_agreement(top_values, top_ids, calibration.decision_scales(row_scales, 1.0), threshold) == 0.5
+    # with the calibration's share, the decision is the top logit at every threshold
+    shared = calibration.decision_scales(row_scales, calibration.INDIVIDUAL_SHARE)
+    for threshold in (25.0, 9.5, 0.0):
+        assert calibration.standard_agreement(top_values, top_ids, shared, threshold) == 1.0
+
+
+def test_relative_row_scales_average_one_over_the_tokens_near_the_top():
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(400, 24, generator=generator)
+    top_ids = torch.randint(0, 400, (256, 8), generator=generator)
+    scales, kappa = calibration.relative_row_scales(weight, top_ids, block=64)
+    assert torch.allclose(scales * kappa, weight.abs().sum(dim=1))
+    assert math.isclose(float(scales[top_ids.reshape(-1)].mean()), 1.0, rel_tol=1e-5)
+
+
+def test_level_candidates_keep_the_levels_few_logits_exceed():
+    generator = torch.Generator().manual_seed(3)
+    top_values = torch.randn(200, 16, generator=generator).sort(dim=1, descending=True).values  # (N,K)
+    levels = calibration.level_candidates(top_values, max_mean_count=1.0)
+    assert levels == sorted(levels) and len(levels) >= 1
+    for level in levels:
+        assert float((top_values > level).sum(dim=1).float().mean()) <= 1.0
+    highest = float(torch.quantile(top_values[:, 0], 0.98))
+    fallback = calibration.level_candidates(top_values, max_mean_count=-1.0)  # none qualifies: the highest quantile
+    assert len(fallback) == 1 and math.isclose(fallback[0], highest, rel_tol=1e-6)
 
 
 def test_ovr_figures_equal_the_definition():
@@ -51,11 +55,11 @@ def test_ovr_figures_equal_the_definition():
     features = torch.randn(6, 5, generator=generator)
     weight = torch.randn(9, 5, generator=generator)
     targets = torch.randint(0, 9, (6,), generator=generator)
-    row_scales = torch.rand(9, generator=generator) + 0.5
+    scales = torch.rand(9, generator=generator) + 0.5
     level, sigma, margin = 0.3, 0.7, 1.0
-    got = calibration.ovr_figures(features, targets, weight, None, row_scales, level, [(sigma, margin)])
+    got = calibration.ovr_figures(features, targets, weight, None, scales, [(level, sigma, margin), (0.0, 0.1, 0.0)])
     logits = features @ weight.T
-    p = cauchy.ovr_probability(logits.double(), (sigma * row_scales).double(), (level - margin * sigma * row_scales).double())
+    p = cauchy.ovr_probability(logits.double(), (sigma * scales).double(), torch.tensor(level - margin * sigma).double())
     expected_nll = (p.sum(-1).log() - p.gather(1, targets[:, None])[:, 0].log()).mean()
     assert math.isclose(float(got["prob_sum"][0]), float(p.sum(-1).mean()), rel_tol=1e-5)
     assert math.isclose(float(got["ovr_nll"][0]), float(expected_nll), rel_tol=1e-5)
@@ -77,7 +81,16 @@ def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind):
     assert torch.equal(model.ovr_thresholds.values, again.ovr_thresholds.values)
     assert torch.equal(model.abduction.scale_net.bias, again.abduction.scale_net.bias)
     assert torch.equal(model.action.b_noise, again.action.b_noise)
+    assert torch.equal(model.action.token_noise, again.action.token_noise)
     assert bool((model.abduction.scale_net.weight == 0).all())
+    # the shared token noise holds all but ρ of every token's decision scale: the standard decision is the greedy token
+    with torch.no_grad():
+        scale_S = out.scale_S  # (B,S,V)
+        row_part = scale_S - model.action.token_noise_scale()
+        assert float(model.action.token_noise_scale()) > 0
+        assert float((row_part / scale_S).max()) < 10 * calibration.INDIVIDUAL_SHARE
+        standard = ((out.loc_S - model.ovr_thresholds()) / scale_S).argmax(-1)
+    assert torch.equal(standard, logits.argmax(-1))
     assert model.ovr_thresholds.values.numel() == (model.config.vocab_size if kind == "per_token" else 1)
     with torch.no_grad():
         prob_sum = model.ovr_probabilities(out.loc_S, out.scale_S).sum(-1)  # (B,S)

@@ -180,6 +180,39 @@ def test_gradcheck_float64(per_token: bool, negatives: int | None) -> None:
     assert torch.autograd.gradcheck(loss, (loc_U, scale, weight, bias, threshold), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("negatives", [None, 5], ids=["exact", "sampled"])
+def test_token_noise_matches_reference_and_passes_gradcheck(negatives: int | None) -> None:
+    """``scale_ik = s_i·|W_k| + γ``: loss, P_<NUM> and every gradient (∂γ included) as the reference; gradcheck."""
+    inputs = make_inputs(per_token=True)
+    noise = torch.tensor(0.7, requires_grad=True)
+    results = []
+    for loss_fn in (fused_ovr_loss, reference_ovr_loss):
+        noise.grad = None
+        generator = torch.Generator().manual_seed(2)
+        result = run(loss_fn, inputs, chunk_size=256, num_token_id=17, token_noise=noise, negatives=negatives,
+                     generator=generator)
+        result["grad_token_noise"] = noise.grad.clone()
+        results.append(result)
+    assert_all_close(*results)
+    assert float(results[0]["grad_token_noise"]) != 0.0
+    without = run(fused_ovr_loss, inputs, chunk_size=256, num_token_id=17)
+    assert not torch.allclose(without["loss"], results[0]["loss"])  # γ changes the loss
+
+    loc_U, scale, weight, bias, threshold, targets = make_inputs(False, dtype=torch.float64, num_positions=4, vocab=11, causal=3)
+    gamma = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+
+    def loss(*tensors):
+        generator = torch.Generator().manual_seed(4)
+        return fused_ovr_loss(
+            *tensors[:5], targets, chunk_size=4, negatives=negatives, generator=generator, token_noise=tensors[5]
+        ).loss
+
+    threshold = threshold.detach().double().requires_grad_()
+    assert torch.autograd.gradcheck(loss, (loc_U, scale, weight, bias, threshold, gamma), eps=1e-6, atol=1e-7, rtol=1e-5)
+    with pytest.raises(ValueError, match="token_noise must be a scalar"):
+        fused_ovr_loss(loc_U, scale, weight, bias, threshold, targets, token_noise=torch.ones(2, dtype=torch.float64))
+
+
 def test_extreme_distance_over_scale_is_finite_and_matches_float64_reference() -> None:
     """|loc − C|/scale up to ~1e7 on both sides of the threshold, targets with P ≈ 0 and P ≈ 1."""
     g = torch.Generator().manual_seed(1)

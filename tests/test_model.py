@@ -64,7 +64,9 @@ def test_scale_and_decision_formulas():
         out = model(random_ids())
     s = out.scale_U + model.action.b_noise.abs()
     w = model.action.classification_head.weight
-    torch.testing.assert_close(out.scale_S, s @ w.abs().T)
+    gamma = model.action.token_noise_scale()  # () γ_S, set by the calibration
+    assert float(gamma) > 0
+    torch.testing.assert_close(out.scale_S, s @ w.abs().T + gamma)
     torch.testing.assert_close(out.loc_S, out.loc_U @ w.T + model.action.classification_head.bias)
     w_reg = model.action.regression_head.weight
     torch.testing.assert_close(out.scale_Y, (s @ w_reg.abs().T).squeeze(-1))
@@ -108,6 +110,38 @@ def test_numbers_own_noise_adds_to_the_regression_scale_only(tmp_path):
     assert torch.nn.functional.softplus(added.action.number_noise.bias).item() == pytest.approx(1.5)
     with pytest.raises(ValueError, match="number_noise_init"):
         CausalQwenConfig(number_noise_init=-1.0)
+
+
+def test_token_noise_round_trips_and_a_checkpoint_without_it_loads_with_none(tmp_path):
+    """The calibrated ``γ_S`` survives save/load; a checkpoint written before the token noise existed (no tensor, no
+    config field) loads with ``γ_S = 0`` and every other weight as saved."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    model = convert(small_qwen())
+    assert float(model.action.token_noise_scale().detach()) > 0
+    model.save_pretrained(tmp_path / "calibrated")
+    reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "calibrated")
+    assert torch.equal(reloaded.action.token_noise, model.action.token_noise)
+    assert reloaded.config.token_noise_init == pytest.approx(float(model.action.token_noise_scale().detach()))
+
+    old = tmp_path / "old"
+    model.save_pretrained(old)
+    weights_file = old / "model.safetensors"
+    tensors = load_file(weights_file)
+    del tensors["action.token_noise"]
+    save_file(tensors, weights_file, metadata={"format": "pt"})
+    config = json.loads((old / "config.json").read_text())
+    del config["token_noise_init"]
+    (old / "config.json").write_text(json.dumps(config))
+    loaded = CausalQwenForCausalLM.from_pretrained(old)
+    assert float(loaded.action.token_noise) == 0.0
+    assert torch.equal(loaded.action.regression_head.weight, model.action.regression_head.weight)
+    assert torch.equal(loaded.action.b_noise, model.action.b_noise)
+    assert torch.equal(loaded.ovr_thresholds.values, model.ovr_thresholds.values)
+    with pytest.raises(ValueError, match="token_noise_init"):
+        CausalQwenConfig(token_noise_init=-1.0)
 
 
 def test_numeric_value_enters_embedding_only_at_num_positions():

@@ -5,27 +5,30 @@ H hidden size, C causal size, V vocabulary rows.
 
 At conversion ``loc_S`` equals Qwen's logits ``l`` and stays so; what decides the OvR probabilities
 
-    P_k = P(S_k > t_k) = atan2(scale_k, t_k − l_k) / π,      scale_k = Σ_c |W_kc| s_c,   s = scale_U + |b_noise|
+    P_k = P(S_k > t) = atan2(scale_k, t − l_k) / π,      scale_k = Σ_c |W_kc| s_c + γ_S,   s = scale_U + |b_noise|
 
-are the thresholds ``t_k`` and the component scales ``s``. With the seeds' literal values (``s = 10 + 0.1``,
-``t = 100``) every ``P_k`` on real weights is about 0.3 (docs/design.md, "Calibration at conversion"). The
-calibration sets them from the base's logits on a fixed calibration text, in three steps:
+are the threshold ``t``, the component scales ``s`` and the token noise ``γ_S``. With the seeds' literal values
+(``s = 10 + 0.1``, ``γ_S = 0``, ``t = 100``) every ``P_k`` on real weights is about 0.3 (docs/design.md, "Calibration
+at conversion"). The standard decision is ``argmax_k (l_k − t)/scale_k``: with row-dependent scales
+(``(|W| s)_k`` follows Qwen's row norms, ±30% from row to row) a token with a slightly lower logit but a larger row
+can win, and no choice of ``s`` or of per-token thresholds undoes that for every position. So the calibration puts
+all but a share ``ρ = INDIVIDUAL_SHARE`` of the decision scale into ``γ_S``, the same for every token:
 
-1. **Profile.** ``s_c = σ·p_c/κ``. The profile ``p`` (C,) makes the row scales ``(|W| p)_k`` as equal as it can over
-   the tokens that reach the top-K of the calibration positions (`flat_profile`); ``κ`` is their mean, so
-   ``scale_k = σ·ŝ_k`` with ``ŝ_k`` near 1 for those tokens. Equal row scales matter because the standard decision
-   is ``argmax_k (l_k − t_k)/scale_k``: with Qwen's plain row norms (``p = 1``, ±30% from row to row) a token with a
-   slightly lower logit but a larger row can win; on real Qwen2.5 weights the flat profile halves that spread.
-2. **Level.** Thresholds ``t_k = L − m·σ·ŝ_k``, so ``z_k = (l_k − t_k)/scale_k = (l_k − L)/(σ ŝ_k) + m``: the
-   standard decision ``argmax_k (l_k − L)/ŝ_k`` depends on ``L`` only. A token whose logit is above ``L`` beats every
-   token below it, whatever the row scales, so ``L`` is chosen among quantiles of the top-1 logits as the one with
-   the best agreement with the base's greedy token, among the levels that on average at most ``MAX_MEAN_ABOVE``
-   logits exceed (`choose_level`; with a small ``σ`` each ``P_k`` is near 1 above its threshold and near 0 below).
-3. **Scale and margin.** ``(σ, m)``: the pair on a grid (decades of ``σ``, refined by quarter decades with a few
-   margins ``m``) that minimises the OvR-normalised negative log-likelihood ``−log(P_t / Σ_k P_k)`` of the
-   calibration text's next tokens, among the pairs whose mean ``Σ_k P_k`` stays at most ``MAX_PROB_SUM``
-   (`search_scale`). ``σ`` leaves the standard decision unchanged. ``s`` is split as ``scale_U = (1 − noise_share)·s``
-   (through ``b_scale``, with ``W_scale = 0``) and ``|b_noise| = noise_share·s``.
+    scale_k = σ·((1 − ρ) + ρ·ŝ_k),     ŝ_k = ‖W_k‖₁/κ  (κ: their mean over the tokens seen near the top),
+
+and the standard decision is Qwen's greedy token except where two logits lie within about ``ρ·|l − t|·Δŝ`` of each
+other. In three steps, on the base's logits over a fixed calibration text:
+
+1. **Level candidates.** Quantiles of the top-1 logits that on average at most ``MAX_MEAN_ABOVE`` logits exceed
+   (`level_candidates`; with a small ``σ`` each ``P_k`` is near 1 above the threshold and near 0 below, so
+   ``Σ_k P_k`` is about that count).
+2. **Level, scale and margin.** ``(L, σ, m)`` with ``t = L − m·σ``: a few of those levels with whole decades of ``σ``,
+   then the best level and its neighbours with quarter decades and a few margins around the best ``σ``, the triple with the lowest OvR-normalised negative
+   log-likelihood ``−log(P_t / Σ_k P_k)`` of the calibration text's next tokens among those whose mean ``Σ_k P_k``
+   is at most ``MAX_PROB_SUM`` (`search_decision`).
+3. **Split.** ``γ_S = (1 − ρ)·σ``; ``s = ρ·σ/κ`` in every component, split as ``scale_U = (1 − noise_share)·s``
+   (through ``b_scale``, with ``W_scale = 0``) and ``|b_noise| = noise_share·s``. Per-token thresholds, when the
+   model has them, all start at ``t``.
 
 The sum ``Σ_k P_k`` grows with ``σ`` roughly as ``V·σ/(π·gap)`` (below its threshold a Cauchy keeps a tail mass
 ``scale/(π·gap)`` for every one of the V tokens), so sparse probabilities need a small ``σ``; docs/design.md
@@ -54,23 +57,24 @@ QWEN25_TEXT_IDS = 151665  # ids below this are Qwen2.5's text and special tokens
 DEFAULT_POSITIONS = 4096
 WINDOW = 96
 TOP_K = 32
-PROFILE_STEPS = 300
 LEVEL_CANDIDATES = 25  # quantiles of the top-1 logit tried as the level L
+COARSE_LEVELS = 6  # of the feasible ones, tried with every decade of σ
 COARSE_EXPONENTS = tuple(range(-7, 1))  # σ = 10^e, then refined by quarter decades around the best
 MARGINS = (-2.0, 0.0, 2.0)  # m: the threshold sits m decision scales below the level (tried around the best σ)
 SCALE_POSITIONS = 256
 TEXT_CHARS = 4000  # each text's first characters: enough for two windows
 MAX_PROB_SUM = 1.5
 MAX_MEAN_ABOVE = 1.0  # logits above the level, on average over the calibration positions
-NOISE_SHARE = 0.1
+NOISE_SHARE = 0.1  # of the individual's share s: the part in b_noise (the rest is scale_U)
+INDIVIDUAL_SHARE = 1e-3  # ρ: the row-dependent share (|W| s)_k of every token's decision scale; γ_S holds the rest
 
 
 @dataclass
 class CalibrationReport:
     """What the calibration chose and what it measured on its own text.
 
-    threshold_level: ``L``; margin: ``m``; scale: ``σ``; row_scale_spread: standard deviation of ``log ŝ_k`` over the
-    tokens seen near the top; agreement: share of calibration positions where the standard decision equals the
+    threshold_level: ``L``; margin: ``m``; scale: ``σ``; individual_share: ``ρ``, the row-dependent share of the
+    decision scale; agreement: share of calibration positions where the standard decision equals the
     base's greedy token; prob_sum_mean: mean ``Σ_k P_k``; ovr_nll / softmax_nll: mean next-token NLL,
     OvR-normalised and softmax (on the scale-search positions).
     """
@@ -79,7 +83,7 @@ class CalibrationReport:
     threshold_level: float
     margin: float
     scale: float
-    row_scale_spread: float
+    individual_share: float
     agreement: float
     prob_sum_mean: float
     ovr_nll: float
@@ -177,67 +181,43 @@ def top_logits(features: Tensor, weight: Tensor, bias: Tensor | None, k: int, ch
     return torch.cat(values), torch.cat(ids)
 
 
-def flat_profile(weight: Tensor, top_ids: Tensor, steps: int = PROFILE_STEPS) -> Tensor:
-    """Step 1: the component profile ``p`` (C,) > 0 that makes the row scales ``(|W| p)_k`` as equal as it can
-    over the tokens that reach the top of the calibration positions.
-
-    Minimises ``Σ_k f_k (log (|W| p)_k − m)²`` with ``f_k`` the share of top-K places held by token ``k`` and ``m``
-    their weighted mean log scale (Adam on ``log p``, full batch: deterministic)."""
-    counts = torch.bincount(top_ids.reshape(-1), minlength=weight.shape[0]).float()  # (V,)
-    rows = counts.nonzero().squeeze(-1)  # (R,) tokens seen near the top
-    share = counts[rows] / counts[rows].sum()  # (R,)
-    magnitude = weight.detach().index_select(0, rows).abs().float()  # (R,C)
-    log_profile = torch.zeros(weight.shape[1], requires_grad=True)  # (C,)
-    optimizer = torch.optim.Adam([log_profile], lr=0.05)
-    with torch.enable_grad():
-        for _ in range(steps):
-            log_scale = torch.log(magnitude @ log_profile.exp())  # (R,)
-            centre = (share * log_scale).sum()
-            loss = (share * (log_scale - centre).square()).sum()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    profile = log_profile.detach().exp()  # (C,)
-    return profile / profile.mean()
+def relative_row_scales(weight: Tensor, top_ids: Tensor, block: int = 16384) -> tuple[Tensor, float]:
+    """``ŝ_k = ‖W_k‖₁ / κ`` (V,) float32 and ``κ``, the mean of ``‖W_k‖₁`` over the tokens seen near the top."""
+    parts = [weight[start : start + block].detach().abs().float().sum(dim=1) for start in range(0, weight.shape[0], block)]
+    norms = torch.cat(parts)  # (V,) ‖W_k‖₁
+    kappa = float(norms[top_ids.reshape(-1)].mean())
+    return norms / kappa, kappa
 
 
-def relative_row_scales(weight: Tensor, profile: Tensor, top_ids: Tensor, block: int = 16384) -> tuple[Tensor, float]:
-    """``ŝ_k = (|W| p)_k / κ`` (V,) float32 and ``κ``, the mean of ``(|W| p)_k`` over the tokens seen near the top."""
-    parts = [F.linear(profile, weight[start : start + block].detach().abs().float()) for start in range(0, weight.shape[0], block)]
-    scales = torch.cat(parts)  # (V,) (|W| p)_k
-    kappa = float(scales[top_ids.reshape(-1)].mean())
-    return (scales / kappa).clamp_min(torch.finfo(torch.float32).tiny), kappa
+def decision_scales(row_scales: Tensor, individual_share: float) -> Tensor:
+    """``scale_k / σ = (1 − ρ) + ρ·ŝ_k`` (V,): the shared token noise plus the individual's row-dependent share."""
+    return (1.0 - individual_share) + individual_share * row_scales
 
 
-def standard_agreement(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, level: float) -> float:
-    """Share of positions where ``argmax_k (l_k − L)/ŝ_k`` over the top-K logits is the top logit."""
-    z = (top_values - level) / row_scales[top_ids]  # (N,K)
+def standard_agreement(top_values: Tensor, top_ids: Tensor, scales: Tensor, level: float) -> float:
+    """Share of positions where ``argmax_k (l_k − L)/scale_k`` over the top-K logits is the top logit."""
+    z = (top_values - level) / scales[top_ids]  # (N,K)
     return float((z.argmax(dim=-1) == 0).float().mean())
 
 
-def choose_level(top_values: Tensor, top_ids: Tensor, row_scales: Tensor, max_mean_count: float = MAX_MEAN_ABOVE) -> tuple[float, float]:
-    """Step 2: the level ``L`` (among quantiles of the top-1 logits) with the best `standard_agreement`, among the
-    levels that on average at most ``max_mean_count`` logits exceed (with a small ``σ``, ``Σ_k P_k`` is about that
-    count); and its agreement."""
+def level_candidates(top_values: Tensor, max_mean_count: float = MAX_MEAN_ABOVE) -> list[float]:
+    """Step 1's candidates for the level ``L``: quantiles of the top-1 logits that on average at most
+    ``max_mean_count`` logits exceed (with a small ``σ``, ``Σ_k P_k`` is about that count), lowest first; the
+    highest quantile when none qualifies."""
     quantiles = torch.linspace(0.02, 0.98, LEVEL_CANDIDATES)
     candidates = torch.quantile(top_values[:, 0], quantiles).tolist()
-    scored = []
-    for q, level in zip(quantiles.tolist(), candidates):
-        count = float((top_values > level).sum(dim=1).float().mean())
-        feasible = count <= max_mean_count
-        scored.append((feasible, standard_agreement(top_values, top_ids, row_scales, level), -abs(q - 0.5), level))
-    _, agreement, _, level = max(scored)
-    return level, agreement
+    feasible = [level for level in candidates if float((top_values > level).sum(dim=1).float().mean()) <= max_mean_count]
+    return feasible or candidates[-1:]
 
 
 @torch.no_grad()
 def ovr_figures(
-    features: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, row_scales: Tensor, level: float,
-    grid: list[tuple[float, float]], chunk: int = 128,
+    features: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, scales: Tensor,
+    grid: list[tuple[float, float, float]], chunk: int = 128,
 ) -> dict[str, Tensor]:
-    """For each ``(σ, m)`` in ``grid``, with ``t_k = L − m·σ·ŝ_k`` and ``scale_k = σ·ŝ_k`` (so
-    ``z_k = (l_k − L)/(σ ŝ_k) + m``): mean ``Σ_k P_k`` and mean OvR-normalised NLL ``−log(P_t / Σ_k P_k)``;
-    plus the softmax NLL. features (N,H), targets (N,), row_scales (V,)  →  (G,) tensors and a scalar."""
+    """For each ``(L, σ, m)`` in ``grid``, with ``t = L − m·σ`` and ``scale_k = σ·r_k`` (``r = scales``, near 1):
+    mean ``Σ_k P_k`` and mean OvR-normalised NLL ``−log(P_t / Σ_k P_k)``; plus the softmax NLL.
+    features (N,H), targets (N,), scales (V,)  →  (G,) tensors and a scalar."""
     w = weight.detach().float()
     b = None if bias is None else bias.detach().float()
     prob_sum = torch.zeros(len(grid), dtype=torch.float64)
@@ -247,10 +227,9 @@ def ovr_figures(
         logits = F.linear(features[start : start + chunk], w, b)  # (n,V)
         target = targets[start : start + chunk, None]  # (n,1)
         softmax_nll += (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().sum().item()
-        below = level - logits  # (n,V) L − l_k
-        for g, (sigma, margin) in enumerate(grid):
-            scale = sigma * row_scales  # (V,)
-            log_p = torch.log(torch.atan2(scale, below - margin * scale) / math.pi)  # (n,V) log P_k, no cancellation
+        for g, (level, sigma, margin) in enumerate(grid):
+            below = (level - margin * sigma) - logits  # (n,V) t − l_k
+            log_p = torch.log(torch.atan2(sigma * scales, below) / math.pi)  # (n,V) log P_k, no cancellation
             total = torch.logsumexp(log_p, dim=-1)  # (n,) log Σ_k P_k
             prob_sum[g] += total.double().exp().sum()
             ovr_nll[g] += (total - log_p.gather(1, target)[:, 0]).double().sum()
@@ -268,44 +247,50 @@ def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:
     return int(torch.argmin(masked))
 
 
-def search_scale(features: Tensor, targets: Tensor, head, row_scales: Tensor, level: float) -> tuple[float, float, dict, int]:
-    """Step 3: ``(σ, m)`` by `choose_scale`: whole decades of ``σ`` at ``m = 0``, then quarter decades around the
-    best decade with each of `MARGINS`."""
-    coarse = [(10.0**e, 0.0) for e in COARSE_EXPONENTS]
-    figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, coarse)
-    sigma, _ = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
-    fine = [(sigma * 10.0 ** (q / 4), margin) for q in range(-3, 4) for margin in MARGINS]
-    figures = ovr_figures(features, targets, head.weight, head.bias, row_scales, level, fine)
+def search_decision(
+    features: Tensor, targets: Tensor, head, scales: Tensor, levels: list[float]
+) -> tuple[tuple[float, float, float], dict, int]:
+    """Step 2: ``(L, σ, m)`` by `choose_scale`: up to `COARSE_LEVELS` of the candidate ``levels`` (spread evenly, the
+    lowest included) with whole decades of ``σ`` at ``m = 0``; then the best level and its neighbours among the
+    candidates, with quarter decades around the best ``σ`` and each of `MARGINS`."""
+    picks = sorted({round(i * (len(levels) - 1) / max(COARSE_LEVELS - 1, 1)) for i in range(COARSE_LEVELS)})
+    coarse = [(i, 10.0**e) for i in picks for e in COARSE_EXPONENTS]
+    figures = ovr_figures(features, targets, head.weight, head.bias, scales, [(levels[i], sigma, 0.0) for i, sigma in coarse])
+    index, sigma = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
+    near = levels[max(index - 1, 0) : index + 2]
+    fine = [(level, sigma * 10.0 ** (q / 4), margin) for level in near for q in range(-3, 4) for margin in MARGINS]
+    figures = ovr_figures(features, targets, head.weight, head.bias, scales, fine)
     best = choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)
-    return fine[best][0], fine[best][1], figures, best
+    return fine[best], figures, best
 
 
-_MEMO: dict[tuple, tuple[Tensor, Tensor, CalibrationReport]] = {}
+_MEMO: dict[tuple, tuple[Tensor, Tensor, Tensor, CalibrationReport]] = {}
 
 
 def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed: int = 0, memo_key: tuple | None = None) -> CalibrationReport:
-    """Set the thresholds, ``b_scale``/``W_scale`` and ``b_noise`` of a freshly converted ``model`` (see the module
-    docstring); ``loc_S`` is untouched. ``tokenizer``: a `NumericTokenizer` for the base's vocabulary (the offline
-    Qwen2.5 one by default). ``memo_key``: reuse an earlier result for the same base within this process."""
+    """Set the thresholds, ``b_scale``/``W_scale``, ``b_noise`` and the token noise ``γ_S`` of a freshly converted
+    ``model`` (see the module docstring); ``loc_S`` is untouched. ``tokenizer``: a `NumericTokenizer` for the base's
+    vocabulary (the offline Qwen2.5 one by default). ``memo_key``: reuse an earlier result for the same base within
+    this process."""
     started = time.perf_counter()
     config = model.config
     head = model.action.classification_head
     if memo_key is not None:
         memo_key = (memo_key, tuple(head.weight.shape), config.ovr_threshold_kind, positions, seed)
     if memo_key is not None and memo_key in _MEMO:
-        thresholds, component_scales, report = _MEMO[memo_key]
+        thresholds, component_scales, token_noise, report = _MEMO[memo_key]
     else:
-        thresholds, component_scales, report = _fit(model, tokenizer, positions, seed)
+        thresholds, component_scales, token_noise, report = _fit(model, tokenizer, positions, seed)
         if memo_key is not None:
-            _MEMO[memo_key] = (thresholds, component_scales, report)
-    apply_calibration(model, thresholds, component_scales)
+            _MEMO[memo_key] = (thresholds, component_scales, token_noise, report)
+    apply_calibration(model, thresholds, component_scales, token_noise)
     report.seconds = time.perf_counter() - started
     logger.info("OvR calibration: %s", report.to_dict())
     return report
 
 
-def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, CalibrationReport]:
-    """Steps 1-3 of the module docstring: thresholds (V,) or (), component scales ``s`` (C,), the report."""
+def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, Tensor, CalibrationReport]:
+    """Steps 1-3 of the module docstring: thresholds () or (V,), component scales ``s`` (C,), ``γ_S`` (), the report."""
     head = model.action.classification_head
     vocab_size = head.weight.shape[0]
     if tokenizer is None and vocab_size > QWEN25_TEXT_IDS:
@@ -318,39 +303,37 @@ def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, C
         logger.info("no tokenizer for this %d-row vocabulary: calibrating on text the base samples itself", vocab_size)
         features, targets = sampled_features(model, positions, seed)
     values, ids = top_logits(features, head.weight, head.bias, min(TOP_K, vocab_size))
-    if model.config.ovr_threshold_kind == "per_token":
-        profile = flat_profile(head.weight, ids)  # (C,)
-    else:  # one threshold for all: keep the plain row norms
-        profile = torch.ones(head.weight.shape[1])
-    row_scales, kappa = relative_row_scales(head.weight, profile, ids)  # (V,), κ
-    level, agreement = choose_level(values, ids, row_scales)
+    row_scales, kappa = relative_row_scales(head.weight, ids)  # (V,) ŝ_k, κ
+    scales = decision_scales(row_scales, INDIVIDUAL_SHARE)  # (V,) scale_k / σ
     subset = slice(0, min(SCALE_POSITIONS, len(features)))
-    sigma, margin, figures, best = search_scale(features[subset], targets[subset], head, row_scales, level)
-    if model.config.ovr_threshold_kind == "per_token":
-        thresholds = level - margin * sigma * row_scales  # (V,) t_k = L − m σ ŝ_k
-    else:
-        thresholds = torch.tensor(level - margin * sigma)
-    component_scales = profile * (sigma / kappa)  # (C,) s_c, so that (|W| s)_k = σ ŝ_k
-    seen = ids.reshape(-1).unique()
+    (level, sigma, margin), figures, best = search_decision(
+        features[subset], targets[subset], head, scales, level_candidates(values)
+    )
+    threshold = torch.tensor(level - margin * sigma)  # () t = L − m σ
+    thresholds = threshold.expand(vocab_size).clone() if model.config.ovr_threshold_kind == "per_token" else threshold
+    component_scales = torch.full((head.weight.shape[1],), INDIVIDUAL_SHARE * sigma / kappa)  # (C,): (|W| s)_k = ρ σ ŝ_k
+    token_noise = torch.tensor((1.0 - INDIVIDUAL_SHARE) * sigma)  # () γ_S
     report = CalibrationReport(
         positions=len(features),
         threshold_level=level,
         margin=margin,
         scale=sigma,
-        row_scale_spread=float(row_scales[seen].log().std()),
-        agreement=agreement,
+        individual_share=INDIVIDUAL_SHARE,
+        agreement=standard_agreement(values, ids, scales, float(threshold)),
         prob_sum_mean=float(figures["prob_sum"][best]),
         ovr_nll=float(figures["ovr_nll"][best]),
         softmax_nll=float(figures["softmax_nll"]),
         seconds=0.0,
     )
-    return thresholds, component_scales, report
+    return thresholds, component_scales, token_noise, report
 
 
 @torch.no_grad()
-def apply_calibration(model, thresholds: Tensor, component_scales: Tensor, noise_share: float = NOISE_SHARE) -> None:
-    """Write thresholds (V,) or () and the decision scale ``s_c`` (C,) into ``model``: ``W_scale = 0``,
-    ``scale_U = (1 − noise_share)·s`` through ``b_scale``, ``|b_noise| = noise_share·s``."""
+def apply_calibration(
+    model, thresholds: Tensor, component_scales: Tensor, token_noise: Tensor, noise_share: float = NOISE_SHARE
+) -> None:
+    """Write thresholds (V,) or (), the component scales ``s_c`` (C,) and ``γ_S`` () into ``model``: ``W_scale = 0``,
+    ``scale_U = (1 − noise_share)·s`` through ``b_scale``, ``|b_noise| = noise_share·s``, ``token_noise = γ_S``."""
     target = model.ovr_thresholds.values
     target.copy_(thresholds.to(target.dtype).expand_as(target))
     scale_U = (1.0 - noise_share) * component_scales.double()  # (C,)
@@ -358,6 +341,8 @@ def apply_calibration(model, thresholds: Tensor, component_scales: Tensor, noise
     bias = scale_U + torch.log(-torch.expm1(-scale_U))  # softplus⁻¹, exact for small and large values
     model.abduction.scale_net.bias.copy_(bias.to(model.abduction.scale_net.bias.dtype))
     model.action.b_noise.copy_((noise_share * component_scales).to(model.action.b_noise.dtype))
+    model.action.token_noise.copy_(token_noise.to(model.action.token_noise.dtype))
     model.config.initial_scale = float(scale_U.mean())
     model.config.noise_init = float(noise_share * component_scales.mean())
+    model.config.token_noise_init = float(token_noise)
     model.config.ovr_threshold = float(thresholds.float().mean())

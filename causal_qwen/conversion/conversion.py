@@ -146,7 +146,9 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     model.ovr_thresholds.to_empty(device=device)
     model.numeric_embedding.reset_parameters(generator=generator)
     model.abduction.reset_parameters(config.initial_scale)
-    model.action.reset_parameters(config.noise_init, config.noise_mode, generator=generator)
+    model.action.reset_parameters(
+        config.noise_init, config.noise_mode, generator=generator, token_noise_init=config.token_noise_init
+    )
     if model.action.number_noise is not None:
         model.action.number_noise.reset_parameters(config.number_noise_init)
     model.ovr_thresholds.reset_parameters(config.ovr_threshold)

@@ -29,6 +29,8 @@ class CausalQwenConfig(Qwen2Config):
     noise_init (`float`, defaults to 0.1): initial value of the exogenous noise scale ``b_noise``.
     noise_mode (`str`, defaults to ``"constant"``): ``"constant"`` (every component ``noise_init``),
         ``"uniform"`` (``U(0, 2·noise_init)``) or ``"zero"``.
+    token_noise_init (`float`, defaults to 0.0): ``γ_S``, the scale of every token's own exogenous noise
+        ``ε_S,k ~ Cauchy(0, γ_S)``, added to ``scale_S`` (0: the literal design; the calibration sets it).
     number_noise_init (`float`, *optional*): when set, numbers get their own exogenous noise
         ``η ~ Cauchy(0, γ_Y)``, ``γ_Y = softplus(w_η · loc_U + b_η)`` starting at this value (`heads.NumberNoise`),
         added to ``scale_Y``; ``None`` (default) keeps ``scale_Y = s @ |W_reg|ᵀ`` alone.
@@ -60,6 +62,7 @@ class CausalQwenConfig(Qwen2Config):
     initial_scale: float = 10.0
     noise_init: float = 0.1
     noise_mode: str = "constant"
+    token_noise_init: float = 0.0
     number_noise_init: float | None = None
     ovr_threshold: float = 100.0
     ovr_threshold_kind: str = "scalar"
@@ -106,6 +109,8 @@ class CausalQwenConfig(Qwen2Config):
             positive("number_noise_init")
         if not (math.isfinite(self.noise_init) and self.noise_init >= 0):
             raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
+        if not (math.isfinite(self.token_noise_init) and self.token_noise_init >= 0):
+            raise ValueError(f"CausalQwenConfig.token_noise_init must be finite and >= 0, got {self.token_noise_init!r}")
         if not math.isfinite(self.ovr_threshold):
             raise ValueError(f"CausalQwenConfig.ovr_threshold must be finite, got {self.ovr_threshold!r}")
         if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):

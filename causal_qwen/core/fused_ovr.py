@@ -5,7 +5,8 @@ module is called), C causal size, V vocabulary rows, K the width of one vocabula
 
 For position i and vocabulary row k the head gives ``S_ik ~ Cauchy(loc_ik, scale_ik)`` with
 
-    loc_ik = loc_U_i · W_k + b_k      scale_ik = s_i · |W_k|   (s = decision_scale)      d_ik = loc_ik − t_k
+    loc_ik = loc_U_i · W_k + b_k      scale_ik = s_i · |W_k| + γ   (s = decision_scale, γ = token noise)
+    d_ik   = loc_ik − t_k
     P_ik   = P(S_ik > t_k) = atan2(scale, −d)/π               1 − P_ik = atan2(scale, d)/π
 
 and the per-position OvR binary cross-entropy against the one-hot target y_i (docs/design.md, "Losses") is
@@ -26,6 +27,7 @@ With the reduction weights w_i (loss = Σ_i w_i ℓ_i), ``A = w ⊙ scale ⊙ q`
 
     ∂loc_U = Σ_slices A·W_slice        ∂s = Σ_slices B·|W_slice|
     ∂W_slice = Aᵀ·loc_U + sign(W_slice) ⊙ (Bᵀ·s)        ∂b_slice = Σ_i A        ∂t_slice = −Σ_i A
+    ∂γ = Σ_slices Σ_ik B
 
 OvR has no normaliser across the vocabulary, so every slice is independent: the forward pass computes the
 loss *and* all gradients slice by slice, and backward only scales the stored gradients by the scalar
@@ -133,6 +135,17 @@ def _as_threshold(threshold: Tensor | float, like: Tensor) -> Tensor:
     return torch.tensor(float(threshold), dtype=torch.float32, device=like.device)
 
 
+def _as_token_noise(token_noise: Tensor | float | None, like: Tensor) -> Tensor:
+    """``γ`` as a 0-dim tensor (``None``: 0, no token noise); raises ``ValueError`` for any other shape."""
+    if token_noise is None:
+        token_noise = 0.0
+    if not isinstance(token_noise, Tensor):
+        return torch.tensor(float(token_noise), dtype=torch.float32, device=like.device)
+    if token_noise.dim() != 0:
+        raise ValueError(f"token_noise must be a scalar (0-dim) scale, got shape {tuple(token_noise.shape)}")
+    return token_noise
+
+
 def _position_weights(
     num_positions: int, position_weights: Tensor | None, reduction: str, vocab: int, like: Tensor
 ) -> Tensor:
@@ -180,9 +193,15 @@ def sample_negative_rows(
 
 
 def _num_token_probability(
-    loc_U: Tensor, decision_scale: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor, num_token_id: int
+    loc_U: Tensor,
+    decision_scale: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    threshold: Tensor,
+    token_noise: Tensor,
+    num_token_id: int,
 ) -> Tensor:
-    """``P(S_<NUM> > t_<NUM>) = atan2(s·|w|, −(loc_U·w + b − t))/π`` for one row ``w``; plain autograd, fp32
+    """``P(S_<NUM> > t_<NUM>) = atan2(s·|w| + γ, −(loc_U·w + b − t))/π`` for one row ``w``; plain autograd, fp32
     (fp64 for fp64 inputs).
 
     → (N,)
@@ -193,7 +212,7 @@ def _num_token_probability(
     if bias is not None:
         shift = shift + bias[num_token_id].to(dtype)
     distance = loc_U.to(dtype) @ row + shift  # (N,)
-    scale = decision_scale.to(dtype) @ row.abs()  # (N,)
+    scale = decision_scale.to(dtype) @ row.abs() + token_noise.to(dtype)  # (N,)
     return torch.atan2(scale, -distance) / math.pi
 
 
@@ -212,6 +231,7 @@ class _SliceGrads:
     weight: Tensor | None  # (V,C) in the weight's dtype
     bias: Tensor | None  # (V,)
     threshold: Tensor | None  # () or (V,)
+    token_noise: Tensor | None  # ()
 
 
 @dataclass
@@ -259,6 +279,7 @@ def _process_slice(
     stop: int,
     loc_U: Tensor,
     scale_in: Tensor,
+    token_noise: Tensor,
     weight: Tensor,
     shift: Tensor,
     target_ids: Tensor,
@@ -274,8 +295,8 @@ def _process_slice(
     With ``u = atan2(s, |d|)/π = min(P, 1−P)``: ``log(1−P) = log u`` where ``d ≥ 0`` and ``log1p(−u)`` where
     ``d < 0``; the target entries are then switched to ``−log P``.
 
-    loc_U, scale_in: (N,C), shift = b − t: (V,), loss, target_log_prob: (N,), all in the compute dtype;
-    weight: (V,C) in its own dtype.
+    loc_U, scale_in: (N,C), token_noise: () γ, shift = b − t: (V,), loss, target_log_prob: (N,), all in the
+    compute dtype; weight: (V,C) in its own dtype.
     """
     (num_positions, causal_size), width = loc_U.shape, stop - start
     abs_w, sign_w, w_buffer, staging = workspace.row_views(width, causal_size)  # (K,C) each
@@ -286,7 +307,7 @@ def _process_slice(
     d, sc, u, tmp, extra, above = workspace.score_views(num_positions, width)  # (N,K) each
 
     torch.addmm(shift[start:stop], loc_U, w_slice.t(), out=d)  # d = loc − t
-    torch.mm(scale_in, abs_w.t(), out=sc)  # scale
+    torch.mm(scale_in, abs_w.t(), out=sc).add_(token_noise)  # scale = s·|W| + γ
     torch.abs(d, out=tmp)
     torch.atan2(sc, tmp, out=u).mul_(1.0 / math.pi)  # u = min(P, 1 − P)
     torch.ge(d, 0, out=above)  # P ≥ ½
@@ -338,7 +359,7 @@ def _accumulate_slice_grads(
     grads: _SliceGrads,
 ) -> None:
     """``∂loc_U += A·W``, ``∂s −= (−B)·|W|``, ``∂W = Aᵀ·loc_U − sign(W) ⊙ ((−B)ᵀ·s)``,
-    ``∂b = Σ_i A``, ``∂t = −Σ_i A``.
+    ``∂b = Σ_i A``, ``∂t = −Σ_i A``, ``∂γ −= Σ_ik (−B)``.
 
     w_slice, abs_w, sign_w, staging: (K,C); grad_d = A, neg_grad_scale = −B: (N,K).
     """
@@ -346,6 +367,8 @@ def _accumulate_slice_grads(
         grads.loc_U.addmm_(grad_d, w_slice)
     if grads.scale is not None:
         grads.scale.addmm_(neg_grad_scale, abs_w, alpha=-1.0)
+    if grads.token_noise is not None:
+        grads.token_noise.sub_(neg_grad_scale.sum())
     if grads.weight is not None:
         target = grads.weight[start:stop]  # (K,C)
         out = target if target.dtype == grad_d.dtype else staging
@@ -371,6 +394,7 @@ def _run_slices(
     weight: Tensor,
     bias: Tensor | None,
     threshold: Tensor,
+    token_noise: Tensor,
     target_ids: Tensor,
     row_weights: Tensor,
     column_weights: Tensor | None,
@@ -378,13 +402,15 @@ def _run_slices(
     needs: tuple[bool, ...],
 ) -> tuple[Tensor, Tensor, _SliceGrads | None]:
     """Per-position loss ℓ (N,), log P of each target (N,) and the gradients of ``Σ_i w_i·ℓ_i`` w.r.t. the
-    inputs flagged in ``needs`` (loc_U, decision_scale, weight, bias, threshold), one vocabulary slice at a time."""
+    inputs flagged in ``needs`` (loc_U, decision_scale, weight, bias, threshold, token_noise), one vocabulary slice
+    at a time."""
     num_positions, vocab = loc_U.shape[0], weight.shape[0]
     device, dtype = loc_U.device, compute_dtype(loc_U)
     loc_c, scale_c = loc_U.to(dtype), decision_scale.to(dtype)  # (N,C)
     shift = -threshold.to(dtype).expand(vocab)  # (V,)  b − t
     if bias is not None:
         shift = shift + bias.to(dtype)
+    noise_c = token_noise.detach().to(dtype)  # () γ
     grads = _allocate_grads(needs, loc_c, weight, bias, threshold)
     loss = torch.zeros(num_positions, dtype=dtype, device=device)  # (N,)
     target_log_prob = torch.zeros(num_positions, dtype=dtype, device=device)  # (N,)
@@ -395,7 +421,7 @@ def _run_slices(
     for start in range(0, vocab, chunk):
         stop = min(start + chunk, vocab)
         _process_slice(
-            start, stop, loc_c, scale_c, weight, shift, target_ids, rows_w, cols_w, workspace, loss,
+            start, stop, loc_c, scale_c, noise_c, weight, shift, target_ids, rows_w, cols_w, workspace, loss,
             target_log_prob, grads,
         )
     return loss, target_log_prob, grads
@@ -416,16 +442,17 @@ class _FusedOvrFunction(torch.autograd.Function):
         weight: Tensor,
         bias: Tensor | None,
         threshold: Tensor,
+        token_noise: Tensor,
         target_ids: Tensor,
         row_weights: Tensor,
         column_weights: Tensor | None,
         chunk_size: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        inputs = (loc_U, decision_scale, weight, bias, threshold, target_ids, row_weights, column_weights)
+        inputs = (loc_U, decision_scale, weight, bias, threshold, token_noise, target_ids, row_weights, column_weights)
         loss, target_log_prob, grads = _run_slices(*inputs, chunk_size, ctx.needs_input_grad)
         ctx.grads = grads
         ctx.chunk_size = chunk_size
-        ctx.input_dtypes = (loc_U.dtype, decision_scale.dtype, threshold.dtype)
+        ctx.input_dtypes = (loc_U.dtype, decision_scale.dtype, threshold.dtype, token_noise.dtype)
         if grads is not None:
             ctx.save_for_backward(*inputs)  # references only: used if backward runs a second time
         reduced = (row_weights * loss).sum()  # ()
@@ -439,7 +466,7 @@ class _FusedOvrFunction(torch.autograd.Function):
         if grads is None:
             grads = _run_slices(*ctx.saved_tensors, ctx.chunk_size, ctx.needs_input_grad)[2]
         assert grads is not None
-        loc_dtype, scale_dtype, threshold_dtype = ctx.input_dtypes
+        loc_dtype, scale_dtype, threshold_dtype, noise_dtype = ctx.input_dtypes
         unit = bool((grad_loss == 1).all())
 
         def scaled(tensor: Tensor | None, dtype: torch.dtype | None = None) -> Tensor | None:
@@ -454,6 +481,7 @@ class _FusedOvrFunction(torch.autograd.Function):
             scaled(grads.weight),
             scaled(grads.bias),
             scaled(grads.threshold, threshold_dtype),
+            scaled(grads.token_noise, noise_dtype),
             None,
             None,
             None,
@@ -475,7 +503,7 @@ def _allocate_grads(
     needs: tuple[bool, ...], loc_c: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor
 ) -> _SliceGrads | None:
     """Zeroed accumulators (compute dtype) for the inputs that need a gradient; None when none does."""
-    if not any(needs[:5]):
+    if not any(needs[:6]):
         return None
     device = loc_c.device
     return _SliceGrads(
@@ -484,6 +512,7 @@ def _allocate_grads(
         weight=torch.empty_like(weight) if needs[2] else None,  # (V,C), every slice writes its rows
         bias=torch.empty(weight.shape[0], dtype=bias.dtype, device=device) if bias is not None and needs[3] else None,
         threshold=torch.zeros(threshold.shape, dtype=loc_c.dtype, device=device) if needs[4] else None,
+        token_noise=torch.zeros((), dtype=loc_c.dtype, device=device) if needs[5] else None,
     )
 
 
@@ -506,21 +535,23 @@ def fused_ovr_loss(
     num_token_id: int | None = None,
     negatives: int | None = None,
     generator: torch.Generator | None = None,
+    token_noise: Tensor | float | None = None,
 ) -> FusedOvrOutput:
     """OvR Cauchy head + binary cross-entropy, fused and chunked over the vocabulary.
 
     ``loss = Σ_i w_i·ℓ_i`` with ``ℓ_i = Σ_k BCE(P_ik, y_ik)`` exactly as
-    ``losses.ovr_bce_per_position(loc_U @ Wᵀ + b, decision_scale @ |W|ᵀ, threshold, target_ids)``;
+    ``losses.ovr_bce_per_position(loc_U @ Wᵀ + b, decision_scale @ |W|ᵀ + γ, threshold, target_ids)``;
     ``w_i = 1/N`` (``reduction="sum"``: sum over the vocabulary, mean over positions) or ``1/(N·V)``
     (``"mean"``), or ``position_weights`` (N,) (then divided by V for ``"mean"``).
 
     loc_U, decision_scale: (N,C), only the positions that have a target (drop ignored ones first);
-    weight: (V,C); bias: (V,) or None; threshold: () or (V,) or a float; target_ids: (N,) long in [0, V).
-    ``negatives=m`` replaces the exact sum by the unbiased sampled estimate (module docstring);
+    weight: (V,C); bias: (V,) or None; threshold: () or (V,) or a float; target_ids: (N,) long in [0, V);
+    token_noise: ``γ`` () ≥ 0, every token's own noise scale (None: 0). ``negatives=m`` replaces the exact sum by the unbiased sampled estimate (module docstring);
     ``generator`` makes the draw reproducible. Inputs in bf16/fp16 are computed in fp32 per slice and their
     gradients cast back. The returned gradients are exact for ``loss``; ``loss_per_position`` is detached.
     """
     threshold = _as_threshold(threshold, loc_U)
+    token_noise = _as_token_noise(token_noise, loc_U)
     _check_inputs(loc_U, decision_scale, weight, bias, threshold, target_ids)
     if not (isinstance(chunk_size, int) and chunk_size > 0):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -533,17 +564,19 @@ def fused_ovr_loss(
         head_bias = bias.index_select(0, sampled.rows) if bias is not None else None  # (U+m,)
         head_threshold = threshold.index_select(0, sampled.rows) if threshold.dim() else threshold
         targets, column_weights = sampled.target_columns, sampled.column_weights
-    inputs = (loc_U, decision_scale, head_weight, head_bias, head_threshold, targets, row_weights, column_weights)
-    if _needs_gradients(inputs[:5]):
+    inputs = (
+        loc_U, decision_scale, head_weight, head_bias, head_threshold, token_noise, targets, row_weights, column_weights
+    )
+    if _needs_gradients(inputs[:6]):
         loss, per_position, target_log_prob = _FusedOvrFunction.apply(*inputs, chunk_size)
     else:
         # No graph will be built (torch.no_grad / inference_mode, or nothing requires a gradient): the loss
         # only, with no gradient accumulators and no gradient products per slice.
-        per_position, target_log_prob, _ = _run_slices(*inputs, chunk_size, (False,) * 5)
+        per_position, target_log_prob, _ = _run_slices(*inputs, chunk_size, (False,) * 6)
         loss = (row_weights * per_position).sum()  # ()
     p_num = None
     if num_token_id is not None:
-        p_num = _num_token_probability(loc_U, decision_scale, weight, bias, threshold, num_token_id)
+        p_num = _num_token_probability(loc_U, decision_scale, weight, bias, threshold, token_noise, num_token_id)
     return FusedOvrOutput(loss=loss, loss_per_position=per_position, target_prob=target_log_prob.exp(), p_num=p_num)
 
 
@@ -561,18 +594,21 @@ def reference_ovr_loss(
     num_token_id: int | None = None,
     negatives: int | None = None,
     generator: torch.Generator | None = None,
+    token_noise: Tensor | float | None = None,
 ) -> FusedOvrOutput:
     """Same result as `fused_ovr_loss`, written directly from `losses.ovr_bce_per_position` with plain
     autograd; it materialises (N, V) tensors. ``chunk_size`` is accepted for a common signature and unused.
     bf16/fp16 inputs are promoted to fp32, as the fused path computes."""
     del chunk_size
     threshold = _as_threshold(threshold, loc_U)
+    token_noise = _as_token_noise(token_noise, loc_U)
     _check_inputs(loc_U, decision_scale, weight, bias, threshold, target_ids)
     vocab = weight.shape[0]
     row_weights = _position_weights(loc_U.shape[0], position_weights, reduction, vocab, loc_U)  # (N,)
     up = (lambda t: t.float() if t is not None and t.dtype in _LOW_PRECISION else t)  # noqa: E731
     head_weight, head_bias, head_threshold = up(weight), up(bias), up(threshold)
     loc_S, scale_S = linear_transform(up(loc_U), up(decision_scale), head_weight, head_bias)  # (N,V) each
+    scale_S = scale_S + up(token_noise).to(scale_S.dtype)
     if negatives is None:
         per_position = ovr_bce_per_position(loc_S, scale_S, head_threshold, target_ids)  # (N,)
         target_log_p = ovr_log_probs(
@@ -623,6 +659,7 @@ def model_classification_loss(
     chunk_size: int = 8192,
     negatives: int | None = None,
     generator: torch.Generator | None = None,
+    token_noise: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The model's call: ``(Σ_i position_weight·ℓ_i, P_<NUM> (N,))`` from `fused_ovr_loss`.
 
@@ -641,6 +678,7 @@ def model_classification_loss(
         num_token_id=num_token_id,
         negatives=negatives,
         generator=generator,
+        token_noise=token_noise,
     )
     assert out.p_num is not None
     return out.loss, out.p_num

@@ -10,9 +10,9 @@ and evaluates the heads at the last position only:
     z (B,H) → loc_U, scale_U (B,C)                                      abduction
     traditional: loc_S = W_cls loc_U + b_cls (B,V); softmax(loc_S / T) with top-k / top-p, or argmax
     standard:    argmax_k P(S_k > t_k) = argmax_k (loc_S_k − t_k) / scale_S_k,
-                 scale_S = |W_cls| s,  s = scale_U + |b_noise| (B,C)      (exact shortcut: `ovr_argmax`)
+                 scale_S = |W_cls| s + γ_S,  s = scale_U + |b_noise| (B,C)  (exact shortcut: `ovr_argmax`)
     causal:      u = loc_U + scale_U·tan(π(ε − ½))  (ε (B,C) fixed per sequence: the "individual")
-                 loc_S = W_cls u + b_cls,  scale_S = |W_cls| |b_noise| (V,)   (constant: cached per model)
+                 loc_S = W_cls u + b_cls,  scale_S = |W_cls| |b_noise| + γ_S (V,)   (constant: cached per model)
                  argmax_k (loc_S_k − t_k) / scale_S_k; rows with scale_S_k = 0 are certain (`causal_argmax`)
 
 t are the One-vs-Rest thresholds. ``loc_S`` and ``scale_S`` are computed in the weights' dtype, as the forward
@@ -220,16 +220,18 @@ class RowNorms:
         return cls(l1=l1_all.float(), centred_l2=centred.float())
 
 
-def _constant_scale(weight: Tensor, noise: Tensor, block: int = 16384) -> tuple[Tensor, Tensor, bool]:
-    """``scale_S = |W_cls| |b_noise|`` (V,) in float32 (causal mode's position-free scale), built ``block`` rows at a
-    time; ``1/scale_S`` (V,) (``1/tiny`` where the scale is 0); and whether some row's scale is 0 (no exogenous
-    noise reaches it: ``noise_mode="zero"``)."""
+def _constant_scale(
+    weight: Tensor, noise: Tensor, token_noise: Tensor, block: int = 16384
+) -> tuple[Tensor, Tensor, bool]:
+    """``scale_S = |W_cls| |b_noise| + γ_S`` (V,) in float32 (causal mode's position-free scale), built ``block`` rows
+    at a time; ``1/scale_S`` (V,) (``1/tiny`` where the scale is 0); and whether some row's scale is 0 (no exogenous
+    noise reaches it: ``noise_mode="zero"`` and ``γ_S = 0``). token_noise: ``γ_S`` ()."""
     noise32 = noise.detach().abs().float()  # (C,)
     parts = [
         F.linear(noise32, weight[start : start + block].detach().abs().float())  # (block,)
         for start in range(0, weight.shape[0], block)
     ]
-    scale = torch.cat(parts)  # (V,)
+    scale = torch.cat(parts).add_(token_noise.detach().abs().float())  # (V,)
     inverse = 1.0 / scale.clamp_min(torch.finfo(torch.float32).tiny)  # (V,)
     return scale, inverse, bool((scale == 0).any())
 
@@ -280,28 +282,30 @@ def causal_argmax(loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float) -> 
 
 
 def constant_scale(action: torch.nn.Module) -> tuple[Tensor, Tensor, bool]:
-    """``(scale_S, 1/scale_S, some scale is 0)`` of causal mode for an `ActionNetwork`, cached until ``W_cls`` or
-    ``b_noise`` change (see `_constant_scale`)."""
+    """``(scale_S, 1/scale_S, some scale is 0)`` of causal mode for an `ActionNetwork`, cached until ``W_cls``,
+    ``b_noise`` or ``γ_S`` change (see `_constant_scale`)."""
     head = action.classification_head
-    sources = (head.weight, action.b_noise)
-    return _derived(action, "constant_scale", sources, lambda: _constant_scale(head.weight, action.b_noise))
+    sources = (head.weight, action.b_noise, action.token_noise)
+    return _derived(
+        action, "constant_scale", sources, lambda: _constant_scale(head.weight, action.b_noise, action.token_noise)
+    )
 
 
 def position_free_scale(model) -> tuple[Tensor, Tensor] | None:
     """``(scale_S, 1/scale_S)`` (V,) float32 of standard mode when it does not depend on the position, else None.
 
     With ``W_scale = 0`` (as after the calibration at conversion) ``scale_U = softplus(b_scale)`` is the same at every
-    position, so ``scale_S = |W_cls| (softplus(b_scale) + |b_noise|)`` is one vector, built once and cached until any
-    of those parameters changes; every row's scale must be positive (else None: the general path decides)."""
+    position, so ``scale_S = |W_cls| (softplus(b_scale) + |b_noise|) + γ_S`` is one vector, built once and cached until
+    any of those parameters changes; every row's scale must be positive (else None: the general path decides)."""
     scale_net, action = model.abduction.scale_net, model.action
     head = action.classification_head
-    sources = (scale_net.weight, scale_net.bias, action.b_noise, head.weight)
+    sources = (scale_net.weight, scale_net.bias, action.b_noise, action.token_noise, head.weight)
 
     def build():
         if bool(scale_net.weight.detach().any()):
             return None
         s = action.decision_scale(F.softplus(scale_net.bias.detach().float()))  # (C,)
-        scale, inverse, has_zero = _constant_scale(head.weight, s)  # (V,) each
+        scale, inverse, has_zero = _constant_scale(head.weight, s, action.token_noise)  # (V,) each
         return None if has_zero else (scale, inverse)
 
     return _derived(action, "position_free_scale", sources, build)
@@ -312,11 +316,11 @@ def _shortcut_margin(dtype: torch.dtype) -> float:
     return max(1e-4, 4 * torch.finfo(dtype).eps)
 
 
-def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, norms: RowNorms) -> Tensor:
-    """Exact ``argmax_k d_k / scale_k`` with ``scale_k = Σ_c |W_kc| s_c``, without forming all of ``|W| s``.
+def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, norms: RowNorms, token_noise: float = 0.0) -> Tensor:
+    """Exact ``argmax_k d_k / scale_k`` with ``scale_k = Σ_c |W_kc| s_c + γ_S``, without forming all of ``|W| s``.
 
     distance: (B,V) ``d = loc_S − t`` (float32; ``-inf`` bans a row); s: (B,C) positive; weight: (V,C);
-    norms: `RowNorms` of ``weight``  →  (B,) token ids.
+    norms: `RowNorms` of ``weight``; token_noise: ``γ_S ≥ 0``  →  (B,) token ids.
 
     Two bounds on every row's scale, both cheap per row:
       * ``‖W_k‖₁·min(s) ≤ scale_k ≤ ‖W_k‖₁·max(s)`` (tight when ``s`` is nearly constant, as after conversion);
@@ -327,16 +331,16 @@ def ovr_argmax(distance: Tensor, s: Tensor, weight: Tensor, norms: RowNorms) -> 
     ``d_k ≥ 0`` and ``[d_k/lo_k, d_k/hi_k]`` for ``d_k < 0``. The winner's ``z`` is at least the best lower bound
     ``L``; only the M rows whose upper bound reaches ``L`` can win, and only they get their exact scale, from
     gathered rows of ``|W|`` (one row when ``s`` is constant). The bounds are widened by a relative margin that
-    covers float rounding.
+    covers float rounding. ``γ_S`` adds to both bounds and to the exact scales.
     """
     tiny = torch.finfo(torch.float32).tiny
-    candidates = shortcut_candidates(distance, s, norms)  # (M,)
-    scale = _gathered_scale(s, weight, candidates)  # (B,M)
-    z = distance.index_select(-1, candidates) / scale.float().clamp_min(tiny)  # (B,M)
+    candidates = shortcut_candidates(distance, s, norms, token_noise)  # (M,)
+    scale = _gathered_scale(s, weight, candidates).float() + token_noise  # (B,M)
+    z = distance.index_select(-1, candidates) / scale.clamp_min(tiny)  # (B,M)
     return candidates[z.argmax(dim=-1)]
 
 
-def shortcut_candidates(distance: Tensor, s: Tensor, norms: RowNorms) -> Tensor:
+def shortcut_candidates(distance: Tensor, s: Tensor, norms: RowNorms, token_noise: float = 0.0) -> Tensor:
     """The M rows (M,) that can win `ovr_argmax` for some row of the batch, by the scale bounds it describes."""
     tiny = torch.finfo(torch.float32).tiny
     margin = _shortcut_margin(s.dtype)
@@ -348,8 +352,8 @@ def shortcut_candidates(distance: Tensor, s: Tensor, norms: RowNorms) -> Tensor:
     slack = (centre + deviation).mul_(margin)  # (B,V) covers the rounding of centre − deviation
     lower = torch.maximum(l1 * (s32.amin(dim=-1, keepdim=True) * (1 - margin)), centre - deviation - slack)  # (B,V)
     upper = torch.minimum(l1 * (s32.amax(dim=-1, keepdim=True) * (1 + margin)), centre + deviation + slack)  # (B,V)
-    lower = lower.clamp_min_(tiny)
-    upper = upper.clamp_min_(tiny)
+    lower = lower.add_(token_noise).clamp_min_(tiny)
+    upper = upper.add_(token_noise).clamp_min_(tiny)
     positive = distance >= 0  # (B,V)
     z_low = torch.where(positive, distance / upper, distance / lower)  # (B,V) lower bound of z_k
     z_high = torch.where(positive, distance / lower, distance / upper)  # (B,V) upper bound of z_k
@@ -630,7 +634,8 @@ class _Decoder:
             return distance.mul_(fixed[1]).argmax(dim=-1)
         s = self.model.action.decision_scale(scale_U)  # (B,C)
         norms = _derived(head, "row_norms", (head.weight,), lambda: RowNorms.of(head.weight))
-        return ovr_argmax(distance, s, head.weight, norms)
+        token_noise = float(self.model.action.token_noise_scale().detach())
+        return ovr_argmax(distance, s, head.weight, norms, token_noise)
 
     def _decide_causal(self, u: Tensor, banned: Tensor | None) -> Tensor:
         action = self.model.action

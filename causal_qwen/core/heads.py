@@ -6,7 +6,8 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
     loc_U   = W_loc z + b_loc                                                              (B,S,C)
     scale_U = softplus(W_scale z + b_scale)                                                (B,S,C)
     s       = scale_U + |b_noise|                                                          (B,S,C)
-    loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ                                (B,S,V)
+    loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ + γ_S                          (B,S,V)
+    γ_S     = |token_noise|          every token's own exogenous noise, one scalar              ()
     loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ (+ γ_Y, below)                  (B,S)
     γ_Y     = softplus(w_η · loc_U + b_η)   the numbers' own exogenous noise (optional)         (B,S)
     P_k     = P(S_k > t_k)           t: the One-vs-Rest thresholds, () or (V,)             (B,S,V)
@@ -133,8 +134,10 @@ class NumberNoise(nn.Module):
 class ActionNetwork(nn.Module):
     """Maps the individual ``U`` plus exogenous noise ``Cauchy(0, |b_noise|)`` linearly to decisions.
 
-    Classification: ``S = W_cls U + b_cls`` (V OvR scores); regression: ``Y = W_reg U + b_reg`` (``+ η`` with
-    a `NumberNoise`, when ``number_noise`` is set).
+    Classification: ``S = W_cls U + b_cls + ε_S`` (V OvR scores), each token with its own exogenous noise
+    ``ε_S,k ~ Cauchy(0, γ_S)``, ``γ_S = |token_noise|`` (0 in the literal design; the calibration at conversion
+    puts the decision scale there, docs/design.md "Calibration at conversion"); regression:
+    ``Y = W_reg U + b_reg`` (``+ η`` with a `NumberNoise`, when ``number_noise`` is set).
     """
 
     def __init__(self, causal_size: int, vocab_size: int, number_noise: bool = False) -> None:
@@ -142,11 +145,14 @@ class ActionNetwork(nn.Module):
         self.classification_head = nn.Linear(causal_size, vocab_size)
         self.regression_head = nn.Linear(causal_size, 1)
         self.b_noise = nn.Parameter(torch.zeros(causal_size))  # (C,)
+        self.token_noise = nn.Parameter(torch.zeros(()))  # () γ_S = |token_noise|
         self.number_noise = NumberNoise(causal_size) if number_noise else None
 
-    def reset_parameters(self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None) -> None:
-        """Regression head ``N(0, 1/C)`` with zero bias; ``b_noise`` by mode. (The classification head is set
-        by the conversion from Qwen's ``lm_head``.)"""
+    def reset_parameters(
+        self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None, token_noise_init: float = 0.0
+    ) -> None:
+        """Regression head ``N(0, 1/C)`` with zero bias; ``b_noise`` by mode; ``γ_S = token_noise_init``. (The
+        classification head is set by the conversion from Qwen's ``lm_head``.)"""
         causal_size = self.b_noise.numel()
         draw = torch.randn(self.regression_head.weight.shape, generator=generator) / causal_size**0.5  # (1,C)
         init.copy_(self.regression_head.weight, draw)
@@ -157,15 +163,21 @@ class ActionNetwork(nn.Module):
             init.copy_(self.b_noise, torch.rand(causal_size, generator=generator) * 2 * noise_init)
         else:
             init.zeros_(self.b_noise)
+        init.constant_(self.token_noise, token_noise_init)
+
+    def token_noise_scale(self) -> Tensor:
+        """``γ_S = |token_noise|`` (): the scale every token's own exogenous noise adds to ``scale_S``."""
+        return self.token_noise.abs()
 
     def decision_scale(self, scale_U: Tensor) -> Tensor:
         """``s = scale_U + |b_noise|`` (B,S,C): the scale of ``U + ε`` before the linear maps."""
         return scale_U + self.b_noise.abs()
 
     def classify(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
-        """``loc_S = W_cls loc_U + b_cls``, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ``: (B,S,V) each."""
+        """``loc_S = W_cls loc_U + b_cls``, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ + γ_S``: (B,S,V) each."""
         head = self.classification_head
-        return linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        loc_S, scale_S = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        return loc_S, scale_S + self.token_noise_scale().to(scale_S.dtype)
 
     def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
         """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y)``: (B,S) each."""

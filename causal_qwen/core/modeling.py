@@ -75,7 +75,7 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
         elif isinstance(module, AbductionNetwork):
             module.reset_parameters(config.initial_scale)
         elif isinstance(module, ActionNetwork):
-            module.reset_parameters(config.noise_init, config.noise_mode)
+            module.reset_parameters(config.noise_init, config.noise_mode, token_noise_init=config.token_noise_init)
         elif isinstance(module, NumberNoise):
             module.reset_parameters(config.number_noise_init)
         elif isinstance(module, OvrThresholds):
@@ -342,6 +342,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         """
         head = self.action.classification_head
         threshold = self.ovr_thresholds()
+        token_noise = self.action.token_noise_scale()  # () γ_S
         num_id = self.config.num_token_id
         if self.config.ovr_loss_implementation == "fused":
             from .fused_ovr import model_classification_loss
@@ -357,8 +358,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 num_token_id=num_id,
                 chunk_size=self.config.ovr_chunk_size,
                 negatives=self.config.ovr_negatives if self.training else None,
+                token_noise=token_noise,
             )
         loc_S, scale_S = linear_transform(loc_U, decision_scale, head.weight, head.bias)  # (N,V) each
+        scale_S = scale_S + token_noise.to(scale_S.dtype)
         per_position = ovr_bce_per_position(loc_S.float(), scale_S.float(), threshold.float(), target_ids)
         p_num_threshold = threshold if threshold.dim() == 0 else threshold[num_id]
         p_num = ovr_probability(loc_S[:, num_id], scale_S[:, num_id], p_num_threshold)  # (N,)

@@ -603,6 +603,7 @@ def token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chun
     thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
     head = model.action.classification_head
     noise_scale = F.linear(model.action.b_noise.detach().abs().float(), head.weight.detach().abs().float())  # (V,)
+    noise_scale = noise_scale + model.action.token_noise_scale().detach().float()  # (V,) |W_cls| |b_noise| + γ_S
     for start in range(0, target_ids.numel(), chunk):
         part = slice(start, start + chunk)
         targets = target_ids[part].unsqueeze(1)  # (n,1)
@@ -630,7 +631,7 @@ def token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chun
 
 
 def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
-    """``argmax_k (loc_S − C)_k / (|W_cls| |b_noise|)_k`` (n,); with no exogenous noise, ``argmax (loc_S − C)``."""
+    """``argmax_k (loc_S − C)_k / (|W_cls| |b_noise| + γ_S)_k`` (n,); with no exogenous noise, ``argmax (loc_S − C)``."""
     if bool((noise_scale > 0).all()):
         return (distance / noise_scale).argmax(dim=-1)
     return distance.argmax(dim=-1)

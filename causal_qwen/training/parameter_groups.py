@@ -109,17 +109,20 @@ def optimizer_groups(
 # The decision scale fitted at conversion (docs/design.md "Calibration at conversion"): the scale network and the
 # exogenous noise. Their calibrated values are ~1e-9, so a single Adam step of any usual learning rate (which moves
 # every entry by about the rate itself) changes them by orders of magnitude.
-DECISION_SCALE_PARAMETERS = ("abduction.scale_net.weight", "abduction.scale_net.bias", "action.b_noise")
+DECISION_SCALE_PARAMETERS = (
+    "abduction.scale_net.weight", "abduction.scale_net.bias", "action.b_noise", "action.token_noise"
+)
 
 
 def is_decision_scale(name: str) -> bool:
-    """True for ``W_scale``, ``b_scale`` and ``b_noise`` (under any wrapper prefix)."""
+    """True for ``W_scale``, ``b_scale``, ``b_noise`` and the token noise (under any wrapper prefix)."""
     clean = canonical_name(name).replace(".modules_to_save.default.", ".")  # peft's trained copy of a head
     return any(clean == target or clean.endswith("." + target) for target in DECISION_SCALE_PARAMETERS)
 
 
 def freeze_decision_scale(model: nn.Module) -> int:
-    """``requires_grad=False`` on ``W_scale``, ``b_scale`` and ``b_noise``; returns how many tensors were frozen."""
+    """``requires_grad=False`` on ``W_scale``, ``b_scale``, ``b_noise`` and the token noise; returns how many tensors
+    were frozen."""
     count = 0
     for name, param in model.named_parameters():
         if is_decision_scale(name):

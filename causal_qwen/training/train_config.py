@@ -82,8 +82,8 @@ class TrainConfig:
     eval_batch_size: int | None = None
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-5
-    """Learning rate of the causal heads (abduction, action's classification head and ``b_noise``, learnable
-    thresholds). Small: on real weights larger rates move the calibrated OvR decision (benchmarks/real_weights_finetune.py)."""
+    """Learning rate of the causal heads (abduction, action's classification head, ``b_noise`` and the token noise,
+    learnable thresholds). Small: on real weights larger rates move the calibrated OvR decision (benchmarks/real_weights_finetune.py)."""
     regression_learning_rate: float | None = 1e-3
     """Learning rate of the regression head (``W_reg``, ``b_reg``); None: ``learning_rate``."""
     backbone_learning_rate: float = 1e-5
@@ -105,7 +105,7 @@ class TrainConfig:
     freeze_backbone_steps: int = 0
     """Keep the backbone (and LoRA adapters) fixed for the first N optimizer steps only."""
     freeze_decision_scale: bool = True
-    """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``): calibrated on a real base
+    """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``, ``γ_S``): calibrated on a real base
     it is ~1e-9 logits, and one Adam step would move it by orders of magnitude (the standard decision and the
     sparsity of the OvR probabilities with it). ``false`` lets it train (the random-weight demo does)."""
     lora: bool = False

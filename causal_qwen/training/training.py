@@ -481,7 +481,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
-        logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise)", freeze_decision_scale(trained))
+        logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
     args = training_arguments(config, has_validation=eval_dataset is not None)
     output_dir = Path(config.output_dir)
     metrics_file = output_dir / METRICS_FILE
