@@ -81,6 +81,8 @@ SEED_SETTING: dict[str, Any] = {
     "model_config": {"ovr_negatives": 2048, "regression_gate_alpha": 1.0, "ovr_reduction": "sum"},
     "learning_rate": 3.0e-3,
     "numeric_embedding_learning_rate": 3.0e-3,
+    "regression_learning_rate": 1.0e-3,
+    "regression_warm_start": None,
     "backbone_learning_rate": 3.0e-4,
     "warmup_steps": 5,
     "lr_scheduler_type": "cosine",
@@ -107,9 +109,18 @@ def cache_dir() -> Path:
     return path
 
 
+# The sources that decide what a conversion writes: a cached conversion made by other code is not reused.
+CONVERSION_SOURCES = ("conversion/conversion.py", "conversion/calibration.py", "core/heads.py", "core/configuration.py")
+
+
 def _base_tag(base: str) -> str:
+    """The base's file name, a digest of its resolved path and a digest of the conversion code."""
+    import causal_qwen
+
     resolved = str(Path(base).resolve()) if Path(base).exists() else base
-    return Path(base).stem + "-" + hashlib.sha1(resolved.encode()).hexdigest()[:8]
+    package = Path(causal_qwen.__file__).parent
+    code = hashlib.sha1(b"".join((package / name).read_bytes() for name in CONVERSION_SOURCES)).hexdigest()[:8]
+    return Path(base).stem + "-" + hashlib.sha1(resolved.encode()).hexdigest()[:8] + "-" + code
 
 
 def _check_setting(setting: str) -> None:
@@ -371,8 +382,8 @@ def run_causal(base: str, steps: int, seed: int, setting: str, overrides: list[s
 
 def _settings_summary(config) -> dict:
     keys = ("model_config", "learning_rate", "numeric_embedding_learning_rate", "backbone_learning_rate",
-            "regression_learning_rate", "lora", "lora_r", "lora_learning_rate", "freeze_backbone",
-            "freeze_backbone_steps", "warmup_steps", "lr_scheduler_type", "max_grad_norm", "batch_size", "optim")
+            "regression_learning_rate", "regression_warm_start", "lora", "lora_r", "lora_learning_rate",
+            "freeze_backbone", "freeze_backbone_steps", "warmup_steps", "lr_scheduler_type", "max_grad_norm", "batch_size", "optim")
     return {key: getattr(config, key) for key in keys if hasattr(config, key)}
 
 

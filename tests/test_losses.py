@@ -1,4 +1,4 @@
-"""The model's loss against a direct transcription of DESIGN §5; gradcheck; extreme values."""
+"""The model's loss against a direct transcription of docs/design.md, "Losses"; gradcheck; extreme values."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .conftest import SMALL_NUM_ID, small_qwen
 
 
 def transcribed_loss(out, model, labels, values, mask, alpha=0.0):
-    """Loops and scalar formulas, as written in DESIGN §5 (no shared code with the model's loss)."""
+    """Loops and scalar formulas, as written in docs/design.md, "Losses" (no shared code with the model's loss)."""
     threshold = model.ovr_thresholds().double()
     cls_terms, reg_terms, n_valid, n_num = 0.0, 0.0, 0, 0
     batch, length = labels.shape

@@ -159,7 +159,7 @@ def test_frozen_backbone_is_bit_identical_and_heads_change(assets, tmp_path):
 
 def decision_scale(model) -> dict[str, torch.Tensor]:
     return {"W_scale": model.abduction.scale_net.weight, "b_scale": model.abduction.scale_net.bias,
-            "b_noise": model.action.b_noise}
+            "b_noise": model.action.b_noise, "token_noise": model.action.token_noise}
 
 
 @pytest.mark.parametrize("lora", [False, True])
@@ -180,6 +180,42 @@ def test_decision_scale_trains_when_asked(assets, initial, tmp_path):
     trained = decision_scale(CausalQwenForCausalLM.from_pretrained(result.final_dir))
     assert not torch.equal(trained["b_scale"], converted["b_scale"])
     assert not torch.equal(trained["b_noise"], converted["b_noise"])
+    assert not torch.equal(trained["token_noise"], converted["token_noise"])
+
+
+def test_regression_warm_start_sets_the_head_to_the_ridge_fit(assets, initial, tmp_path):
+    """``regression_warm_start: λ``: before the first step the regression head is the ridge fit of the training
+    numbers on the converted model's features, and the numbers' own noise its median absolute residual; with the
+    regression head's learning rate at 0 the final model keeps it."""
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.training.collator import NumericCollator
+    from causal_qwen.training.training import build_datasets
+    from causal_qwen.training.warm_start import number_features, ridge_fit
+
+    model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
+    run = config(assets, tmp_path, max_steps=1, regression_warm_start=1e-3, regression_learning_rate=0.0,
+                 freeze_backbone=True, model_config=model_config)
+    result = run_training(run)
+    trained = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+
+    tokenizer = NumericTokenizer.from_pretrained(str(assets / "tokenizer"))
+    dataset, _ = build_datasets(run, tokenizer)
+    batches = [NumericCollator(pad_token_id=tokenizer.pad_token_id)([dataset[i] for i in range(start, min(start + 4, len(dataset)))])
+               for start in range(0, len(dataset), 4)]
+    reference = CausalQwenForCausalLM.from_qwen(str(assets / "base"), **model_config)  # the run's starting point
+    features, values = number_features(reference.eval(), batches)
+    assert len(values) == 2 * len(dataset)  # "day" and "value": two numbers per sentence
+    weight, bias = ridge_fit(features, values, 1e-3)
+    head = trained.action.regression_head
+    torch.testing.assert_close(head.weight[0].double(), weight, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(head.bias[0].double(), bias, rtol=1e-4, atol=1e-6)
+    spread = float((features @ weight + bias - values).abs().median())
+    noise = torch.nn.functional.softplus(trained.action.number_noise.bias).item()
+    assert noise == pytest.approx(spread, rel=1e-4)
+    with torch.no_grad():
+        converted = reference.action.regression_head(features.float())[:, 0].double()
+    converted_error = float((converted - values).abs().median())
+    assert spread < converted_error  # the fit reads the numbers better than the random head
 
 
 def test_backbone_frozen_for_the_first_steps_only(assets, initial, tmp_path):

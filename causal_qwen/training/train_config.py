@@ -105,9 +105,15 @@ class TrainConfig:
     freeze_backbone_steps: int = 0
     """Keep the backbone (and LoRA adapters) fixed for the first N optimizer steps only."""
     freeze_decision_scale: bool = True
-    """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``, ``γ_S``): calibrated on a real base
-    it is ~1e-9 logits, and one Adam step would move it by orders of magnitude (the standard decision and the
-    sparsity of the OvR probabilities with it). ``false`` lets it train (the random-weight demo does)."""
+    """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``, ``γ_S``): calibrated on a
+    real base it is ~1e-9 (``s``) and ~1e-4 (``γ_S``) logits, and one Adam step would move it by orders of magnitude
+    (the standard decision and the sparsity of the OvR probabilities with it). ``false`` lets it train (the
+    random-weight demo does)."""
+    regression_warm_start: float | None = None
+    """Start the regression head at the ridge fit of the training numbers on the model's features, with this
+    relative ridge ``λ`` (1e-3 is a good value), and the numbers' own noise at the fit's median absolute residual
+    (`causal_qwen.training.warm_start`); read once before the first step, not on resume. None: the converted
+    head (``N(0, 1/C)``)."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
@@ -165,6 +171,9 @@ class TrainConfig:
         need(self.freeze_backbone_steps >= 0, "freeze_backbone_steps", "must be >= 0")
         need(not (self.lora and self.freeze_backbone), "lora", "cannot be combined with freeze_backbone")
         need(self.lora_r >= 1, "lora_r", "must be >= 1")
+        need(self.regression_warm_start is None or (math.isfinite(self.regression_warm_start)
+                                                    and self.regression_warm_start > 0),
+             "regression_warm_start", "must be a positive ridge or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")

@@ -60,6 +60,7 @@ from .run_folder import (
     write_text_atomic,
 )
 from .train_config import TrainConfig
+from .warm_start import warm_start_regression
 
 logger = logging.getLogger(__name__)
 
@@ -479,15 +480,18 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = tokenizer.eos_token_id
+    if config.regression_warm_start is not None and plan.checkpoint is None and plan.final_from is None:
+        warm_start_regression(model, train_dataset, NumericCollator(pad_token_id=pad_id),
+                              config.eval_batch_size or config.batch_size, ridge=config.regression_warm_start)
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
     args = training_arguments(config, has_validation=eval_dataset is not None)
     output_dir = Path(config.output_dir)
     metrics_file = output_dir / METRICS_FILE
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = tokenizer.eos_token_id
     trainer = CausalQwenTrainer(
         model=trained,
         args=args,
