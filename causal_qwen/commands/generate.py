@@ -96,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     for index, prompt in enumerate(args.prompts):
         if prompt == "":
             raise ValueError(f"prompt {index} is empty")
+    import torch
+
     from ..conversion.loading import load_model_and_tokenizer
-    from ..core.generation import generate
+    from ..core.text_generation import NumericTextStreamer, generate_arguments
 
     individual = _individual_argument(args.individual, len(args.prompts))
     model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         if piece.finished:
             print(f"[{piece.index}] {args.prompts[piece.index]}{finished_texts[piece.index]}", flush=True)
 
-    results = generate(
+    arguments = generate_arguments(
         model,
         tokenizer,
         args.prompts,
@@ -133,8 +135,11 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         stop_strings=tuple(args.stop or ()),
         individual=individual,
-        callback=None if args.json else show,
     )
+    streamer = NumericTextStreamer(tokenizer, callback=None if args.json else show, track_text=not args.json)
+    with torch.inference_mode():
+        model.generate(**arguments, streamer=streamer, tokenizer=tokenizer)
+    results = streamer.results(args.prompts)
     if args.save_individual:
         rows = [result.individual.tolist() for result in results]
         Path(args.save_individual).write_text(json.dumps({"individuals": rows}), encoding="utf-8")

@@ -17,13 +17,16 @@ loads them in a Python that never imported ``causal_qwen``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import GenerationMixin, Qwen2Model
+from torch.nn import functional as F
+from transformers import GenerationMixin, Qwen2Model, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
@@ -42,7 +45,8 @@ class CausalQwenOutput(ModelOutput):
 
     loss: () ``cls_loss + λ·reg_loss`` when ``labels`` are given; cls_loss, reg_loss: () its parts.
     num_targets: () number of ``<NUM>`` targets the regression term averaged over.
-    logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions.
+    logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions. Inside `generate`: the
+    mode's decision scores, and ``loc_S``/``scale_S`` only where the mode reads them (`_GenerationState.decide`).
     loc_S, scale_S: (B,S',V) OvR decision scores; loc_Y, scale_Y: (B,S') number regression.
     loc_U, scale_U: (B,S',C) individual representation; features: (B,S',H) the backbone's last hidden state ``z``.
     """
@@ -235,12 +239,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
         output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
         output.loc_Y, output.scale_Y = self.action.regress(loc_U, scale_U)  # (B,S') each
-        if return_scores:
-            output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
-            output.logits = output.loc_S
         state = self._generation_state
         if state is not None and return_scores:
-            state.decide(self, output)
+            state.decide(self, output)  # inside `generate`: the mode's scores, from only what the mode reads
+        elif return_scores:
+            output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
+            output.logits = output.loc_S
         return output
 
     def _checked_numeric_values(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
@@ -382,6 +386,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         mode: str | None = None,
         individual: Tensor | None = None,
         numeric_values: Tensor | None = None,
+        seed: int | None = None,
         **kwargs,
     ):
         """`GenerationMixin.generate` in one of the three modes of docs/design.md ("Decision rules"), with numbers.
@@ -390,13 +395,19 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``loc_S`` (softmax, greedy or sampled, every Hugging Face option); ``"standard"`` and ``"causal"`` are
         deterministic: the step's logits are the decision scores (`cauchy.decision_score`,
         `generation.causal_scores`), whose argmax is the OvR decision. ``individual``: ε (B,C) or (C,) of causal
-        mode (drawn from torch's global generator when None). ``numeric_values`` (B,P): the prompt's numbers.
+        mode (drawn when None). ``numeric_values`` (B,P): the prompt's numbers. ``seed``: the individual is drawn
+        from a generator seeded with it, and traditional sampling runs with torch's global generators seeded with
+        it (their states restored after), as `generation.generate` does with the same seed; without a seed both
+        come from torch's global generator.
 
         A generated ``<NUM>`` carries ``loc_Y`` (standard, traditional) or ``W_reg u + b_reg`` (causal) and is fed
         back as that position's value. With ``return_dict_in_generate=True`` the output also holds
-        ``numeric_values`` (B, P+T) and, in causal mode, ``individual`` (B,C). KV cache, left padding, stopping
-        criteria (``stop_strings`` with ``tokenizer=``) and streamers are Hugging Face's. One sequence per prompt:
-        ``num_beams`` and ``num_return_sequences`` must be 1.
+        ``numeric_values`` (B, P+T), ``numeric_scales`` (B, P+T) (``scale_Y`` of each generated ``<NUM>``; NaN
+        elsewhere and in causal mode) and, in causal mode, ``individual`` (B,C). KV cache, left padding, stopping
+        criteria (``stop_strings`` with ``tokenizer=``) and streamers are Hugging Face's; a streamer with a
+        ``follow`` method (`text_generation.NumericTextStreamer`) reads each new token's number and takes over the
+        stop strings (found in the text with its numbers written). One sequence per prompt: ``num_beams`` and
+        ``num_return_sequences`` must be 1.
         """
         from .generation import MODES, _check_individual, _individual_offsets, _prepare_generator, sample_individual
 
@@ -426,28 +437,67 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)
         else:
             values = self._checked_numeric_values(input_ids, numeric_values).float()  # (B,P)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
+        device = input_ids.device
         epsilon = offsets = None
         if mode == "causal":
             batch, causal_size = input_ids.shape[0], self.config.causal_size
-            if individual is None:
-                generator = _prepare_generator(None, input_ids.device)  # seeded from torch's global generator
-                individual = sample_individual(batch, causal_size, generator, input_ids.device)
-            epsilon = _check_individual(individual, batch, causal_size, input_ids.device)  # (B,C) float64
+            if individual is None:  # without a seed, the generator is seeded from torch's global generator
+                individual = sample_individual(batch, causal_size, _prepare_generator(seed, device), device)
+            epsilon = _check_individual(individual, batch, causal_size, device)  # (B,C) float64
             offsets = _individual_offsets(epsilon)  # (B,C) float64
         elif individual is not None:
             raise ValueError(f"an individual only applies to mode 'causal', not {mode!r}")
-        state = _GenerationState(mode=mode, values=values, offsets=offsets, num_token_id=self.config.num_token_id)
+        state = _GenerationState(
+            mode=mode,
+            values=values,
+            scales=torch.full_like(values, math.nan),
+            num_token_id=self.config.num_token_id,
+            offsets=offsets,
+            individual=epsilon,
+        )
+        generation_config = self._add_number_criteria(state, generation_config, kwargs)
         self._generation_state = state
         try:
-            out = super().generate(inputs, generation_config, **kwargs)
+            with _seeded_global_generators(seed if mode == "traditional" else None, device):
+                out = super().generate(inputs, generation_config, **kwargs)
         finally:
             self._generation_state = None
         if isinstance(out, ModelOutput):
             state.extend_to(out.sequences)
             out["numeric_values"] = state.values
+            out["numeric_scales"] = state.scales
             if epsilon is not None:
                 out["individual"] = epsilon
         return out
+
+    def _add_number_criteria(self, state: "_GenerationState", generation_config, kwargs: dict):
+        """Put the stopping criteria that read numbers in ``kwargs``: first `_NumbersOfNewTokens` (so that every later
+        criterion and the streamer see the newest token's number), then the caller's, then the criterion of a streamer
+        that has a ``follow`` method, which also takes over the stop strings. Returns the generation config to use."""
+        criteria = StoppingCriteriaList([_NumbersOfNewTokens(state)])
+        criteria.extend(kwargs.get("stopping_criteria") or ())
+        streamer = kwargs.get("streamer")
+        if hasattr(streamer, "follow"):
+            options = {
+                name: _generation_option(name, generation_config, self.generation_config, kwargs)
+                for name in ("eos_token_id", "max_new_tokens", "max_length", "stop_strings")
+            }
+            max_new_tokens = options["max_new_tokens"]
+            if max_new_tokens is None:  # Hugging Face's default length: max_length = 20 in all
+                max_new_tokens = (options["max_length"] or 20) - state.values.shape[1]
+            stop_strings = options["stop_strings"]
+            criteria.append(streamer.follow(state, options["eos_token_id"], max_new_tokens, stop_strings))
+            if stop_strings:  # found in the text by the streamer, not in the tokens by Hugging Face
+                kwargs.pop("stop_strings", None)
+                if generation_config is not None:
+                    generation_config = copy.deepcopy(generation_config)
+                    generation_config.stop_strings = None
+                else:
+                    kwargs["stop_strings"] = None  # also over the model's generation_config
+        kwargs["stopping_criteria"] = criteria
+        return generation_config
 
     def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):
         """Slice the inputs of the next step, with each position's numeric value: inside `generate`, a generated
@@ -473,37 +523,71 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 class _GenerationState:
     """What `CausalQwenForCausalLM.generate` keeps between steps.
 
-    values: (B,L) the numeric value of every position so far; pending: (B,) the value a ``<NUM>`` chosen at
-    the last step carries; offsets: (B,C) ``tan(π(ε − ½))`` of causal mode (float64).
+    values: (B,L) the numeric value of every position so far; scales: (B,L) ``scale_Y`` of every generated
+    ``<NUM>`` (NaN elsewhere, and in causal mode); pending, pending_scale: (B,) the value and scale a ``<NUM>``
+    chosen at the last step carries; offsets: (B,C) ``tan(π(ε − ½))`` of causal mode (float64); individual:
+    ε (B,C) of causal mode.
     """
 
     mode: str
     values: Tensor
+    scales: Tensor
     num_token_id: int
     offsets: Tensor | None = None
+    individual: Tensor | None = None
     pending: Tensor | None = None
+    pending_scale: Tensor | None = None
 
     def extend_to(self, input_ids: Tensor) -> None:
-        """Give the positions ``input_ids`` has beyond ``values`` their values (the pending number for ``<NUM>``)."""
+        """Give the positions ``input_ids`` has beyond ``values`` their values and scales (the pending number's for
+        ``<NUM>``, else 0 and NaN)."""
         new = input_ids.shape[1] - self.values.shape[1]
         if new <= 0:
             return
-        tokens = input_ids[:, -new:]  # (B,new)
-        pending = self.pending if self.pending is not None else torch.zeros(tokens.shape[0], device=tokens.device)
-        added = torch.where(tokens == self.num_token_id, pending.unsqueeze(-1).to(self.values.dtype), 0.0)  # (B,new)
+        is_number = input_ids[:, -new:] == self.num_token_id  # (B,new)
+        batch = is_number.shape[0]
+        pending = self.values.new_zeros(batch) if self.pending is None else self.pending  # (B,)
+        pending_scale = self.scales.new_full((batch,), math.nan) if self.pending_scale is None else self.pending_scale
+        added = torch.where(is_number, pending.unsqueeze(-1).to(self.values.dtype), 0.0)  # (B,new)
+        added_scales = torch.where(is_number, pending_scale.unsqueeze(-1).to(self.scales.dtype), math.nan)  # (B,new)
         self.values = torch.cat([self.values, added], dim=-1)
+        self.scales = torch.cat([self.scales, added_scales], dim=-1)
 
     def decide(self, model: "CausalQwenForCausalLM", output: CausalQwenOutput) -> None:
-        """Set ``output.logits`` to the mode's decision scores at the kept positions and remember the number a
-        ``<NUM>`` chosen at the last position would carry."""
+        """Set ``output.logits`` (B,S',V) to the mode's decision scores at the kept positions, computing only what the
+        mode reads, and remember the number a ``<NUM>`` chosen at the last position would carry:
+
+            traditional  loc_S = W_cls loc_U + b_cls                                (``scale_S`` is not formed)
+            standard     (loc_S − t)·(1/scale_S) with the cached position-free scale_S (V,) when W_scale = 0
+                         (`generation.position_free_scale`); else (loc_S − t)/scale_S with the full (B,S',V) scale_S
+            causal       (W_cls u + b_cls − t)/scale_S, u = loc_U + scale_U·tan(π(ε − ½)), with the constant
+                         scale_S = |W_cls|·|b_noise| + γ_S (V,) (`generation.causal_scores`)
+
+        The standard and causal scores are those of `generation.generate_ids`, so their argmax is its decision.
+        """
+        if self.mode == "causal":
+            self._decide_causal(model, output)
+            return
+        loc_U, scale_U = output.loc_U, output.scale_U  # (B,S',C) each
+        self.pending = output.loc_Y[:, -1].float()  # (B,)
+        self.pending_scale = output.scale_Y[:, -1].float()  # (B,)
+        head = model.action.classification_head
         if self.mode == "traditional":
-            self.pending = output.loc_Y[:, -1].float()  # (B,)
+            output.loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S',V)
+            output.logits = output.loc_S
             return
-        thresholds = model.ovr_thresholds().detach()
-        if self.mode == "standard":
-            output.logits = decision_score(output.loc_S, output.scale_S, thresholds)  # (B,S',V)
-            self.pending = output.loc_Y[:, -1].float()
+        from .generation import position_free_scale
+
+        fixed = position_free_scale(model)  # ((V,), (V,)) or None
+        if fixed is None:
+            output.loc_S, output.scale_S = model.action.classify(loc_U, scale_U)  # (B,S',V) each
+            output.logits = decision_score(output.loc_S, output.scale_S, model.ovr_thresholds().detach())
             return
+        thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
+        output.loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S',V) in the weights' dtype
+        output.logits = (output.loc_S.float() - thresholds).mul_(fixed[1])  # (B,S',V) d·(1/scale_S) in float32
+
+    def _decide_causal(self, model: "CausalQwenForCausalLM", output: CausalQwenOutput) -> None:
         from .generation import causal_scores, constant_scale
 
         assert self.offsets is not None
@@ -511,11 +595,51 @@ class _GenerationState:
         u = loc_U + (scale_U.double() * self.offsets.unsqueeze(1)).to(loc_U.dtype)  # (B,S',C) the individual
         head = model.action.classification_head
         scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
-        loc_S = torch.nn.functional.linear(u, head.weight, head.bias)  # (B,S',V)
+        loc_S = F.linear(u, head.weight, head.bias)  # (B,S',V)
+        thresholds = model.ovr_thresholds().detach()
         scores = causal_scores(loc_S.flatten(0, 1), scale_S, thresholds, None if has_zero else inverse_scale)
         output.logits = scores.view(loc_S.shape)  # (B,S',V)
         regression = model.action.regression_head
-        self.pending = torch.nn.functional.linear(u[:, -1], regression.weight, regression.bias).squeeze(-1).float()
+        self.pending = F.linear(u[:, -1], regression.weight, regression.bias).squeeze(-1).float()  # (B,)
+        self.pending_scale = torch.full_like(self.pending, math.nan)  # the individual's number: no spread
+
+
+class _NumbersOfNewTokens(StoppingCriteria):
+    """Never stops a row: gives the token each step chose its number (`_GenerationState.extend_to`), so that the
+    criteria after it and the streamer read ``values``/``scales`` up to the newest position."""
+
+    def __init__(self, state: _GenerationState) -> None:
+        self.state = state
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Tensor | None, **kwargs) -> torch.BoolTensor:
+        self.state.extend_to(input_ids)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # (B,)
+
+
+def _generation_option(name: str, given_config, model_config, kwargs: dict):
+    """A generation option as Hugging Face resolves it: the keyword argument, else the given config's value, else the
+    model's generation config's (None when neither sets it)."""
+    if name in kwargs:
+        return kwargs[name]
+    for config in (given_config, model_config):
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+@contextlib.contextmanager
+def _seeded_global_generators(seed: int | None, device: torch.device):
+    """Within it, torch's global generators are seeded with ``seed`` (the CPU one and ``device``'s are restored
+    after): Hugging Face samples from them, and ``torch.Generator().manual_seed(seed)`` draws the same stream, as
+    `generation.generate` samples with a seed. No seed: nothing changes."""
+    if seed is None:
+        yield
+        return
+    accelerators = [device] if device.type not in ("cpu", "meta") else []
+    with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
+        torch.manual_seed(seed)
+        yield
 
 
 def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:

@@ -533,8 +533,6 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
     """Complete the sentences of a few held-out days after "high " in each mode. Causal mode draws one
     individual ε (seeded) on the first day and replays it on every day (the same individual under other
     conditions); replaying it on the first day alone gives the same text again."""
-    from ..core.generation import generate
-
     prefix = settings.template.split("{" + settings.target + "}")[0]
     picked = [rows[int(i)] for i in torch.linspace(0, len(rows) - 1, 3).round().long().unique()]
     prompts = [prefix.format(**row) for row in picked]
@@ -542,16 +540,16 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
     records = []
     for mode in ("standard", "traditional"):
         options = dict(seed=settings.seed) if mode == "traditional" else {}
-        for row, result in zip(picked, generate(model, tokenizer, prompts, mode=mode, **common, **options)):
+        for row, result in zip(picked, _generate(model, tokenizer, prompts, mode=mode, **common, **options)):
             records.append({**_generation_record(result), "true": float(row[settings.target])})
-    first = generate(model, tokenizer, prompts[:1], mode="causal", seed=settings.seed, **common)[0]
+    first = _generate(model, tokenizer, prompts[:1], mode="causal", seed=settings.seed, **common)[0]
     individual = first.individual
-    replayed = generate(model, tokenizer, prompts, mode="causal", individual=individual, **common)
+    replayed = _generate(model, tokenizer, prompts, mode="causal", individual=individual, **common)
     for row, prompt, result in zip(picked, prompts, replayed):
         value = individual_number(model, tokenizer, prompt, individual)
         records.append({**_generation_record(result), "true": float(row[settings.target]), "replayed_individual": True,
                         "individual_number": value})
-    again = generate(model, tokenizer, prompts[:1], mode="causal", individual=individual, **common)[0]
+    again = _generate(model, tokenizer, prompts[:1], mode="causal", individual=individual, **common)[0]
     records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
     for record in records:
         if "mode" in record:
@@ -561,6 +559,17 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
              f"{[round(float(v), 3) for v in individual.reshape(-1)[:4]]}, replayed on {len(prompts)} days; "
              f"replaying it on the first day gives the same text: {records[-1]['replay_check']['same_text']}")
     return records
+
+
+def _generate(model, tokenizer, prompts: list[str], **options) -> list:
+    """``model.generate`` on the prompts (`text_generation.generate_arguments` takes `generation.generate`'s
+    options); one `GenerationResult` per prompt."""
+    from ..core.text_generation import NumericTextStreamer, generate_arguments
+
+    streamer = NumericTextStreamer(tokenizer, track_text=False)
+    with torch.inference_mode():
+        model.generate(**generate_arguments(model, tokenizer, prompts, **options), streamer=streamer)
+    return streamer.results(prompts)
 
 
 @torch.no_grad()

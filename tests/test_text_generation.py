@@ -1,0 +1,267 @@
+"""`model.generate` with text (`causal_qwen.core.text_generation`): the arguments, the streamer and the results give
+what the project's generator gives (pieces, texts, numbers, finish reasons, individuals, seeded samples); the
+decision reads no full-vocabulary scale where a cached one decides; the generate command on top of it."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.core.cauchy import decision_score
+from causal_qwen.core.generation import MODES, generate, generate_ids
+from causal_qwen.core.text_generation import NumericTextStreamer, generate_arguments
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    return NumericTokenizer.default()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return CausalQwenForCausalLM.from_qwen("random:tiny")
+
+
+def through_model_generate(model, tokenizer, prompts, callback=None, track_text=True, **options):
+    """`generation.generate`'s call made with ``model.generate``: (results, the pieces sent to the callback)."""
+    pieces: list = []
+    streamer = NumericTextStreamer(tokenizer, callback=callback or pieces.append, track_text=track_text)
+    with torch.inference_mode():
+        model.generate(**generate_arguments(model, tokenizer, prompts, **options), streamer=streamer,
+                       tokenizer=tokenizer)
+    return streamer.results(prompts), pieces
+
+
+def assert_same_generation(model, tokenizer, prompts, **options):
+    """Results and streamed pieces of both ways are equal; returns the results."""
+    expected_pieces: list = []
+    expected = generate(model, tokenizer, list(prompts), callback=expected_pieces.append, **options)
+    results, pieces = through_model_generate(model, tokenizer, list(prompts), **options)
+    assert [r.to_dict() for r in results] == [r.to_dict() for r in expected]
+    assert pieces == expected_pieces
+    return results
+
+
+class number_bias:
+    """Within it, ``<NUM>``'s classification bias is raised by ``amount`` (1e4: every step writes a number)."""
+
+    def __init__(self, model, amount: float) -> None:
+        self.bias, self.num_id, self.amount = model.action.classification_head.bias, model.config.num_token_id, amount
+
+    def __enter__(self):
+        with torch.no_grad():
+            self.bias[self.num_id] += self.amount
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            self.bias[self.num_id] -= self.amount
+
+
+# ---- the same generation as the project's generator ------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_texts_pieces_and_results_equal_the_project_generator(tiny_model, tokenizer, mode):
+    """Traditional mode samples (temperature 1, seed 5): the same samples, from torch's seeded global generator."""
+    options = {"seed": 5} if mode != "standard" else {}
+    results = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode=mode, max_new_tokens=12, **options)
+    assert all(len(result.token_ids) == 12 and result.finish_reason == "length" for result in results)
+    if mode == "causal":
+        assert results[0].individual.shape == (tiny_model.config.causal_size,)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_generated_numbers_are_written_and_carried_alike(tiny_model, tokenizer, mode):
+    """Every step writes a number; "." inside a number is no stop string; the JSON form of the results is equal."""
+    options = {"seed": 2} if mode != "standard" else {}
+    with number_bias(tiny_model, 1e4):
+        results = assert_same_generation(
+            tiny_model, tokenizer, PROMPTS[:2], mode=mode, max_new_tokens=3, stop_strings=["."], **options
+        )
+    for result in results:
+        assert len(result.numbers) == 3 and result.finish_reason == "length"
+        assert (result.numbers[0].scale is None) == (mode == "causal")
+
+
+def test_stop_strings_and_end_of_sequence_end_rows_alike(tiny_model, tokenizer):
+    free = generate(tiny_model, tokenizer, list(PROMPTS), mode="standard", max_new_tokens=16)
+    stop = free[0].text[3:6]
+    stopped = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="standard", max_new_tokens=16,
+                                     stop_strings=[stop, "\n"])
+    assert stopped[0].finish_reason == "stop_string" and stopped[0].text.endswith(stop)
+    assert len(stopped[0].token_ids) < 16
+    eos = free[1].token_ids[0]  # row 1 ends at its first token; the others go on (unless they write it too)
+    ended = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="standard", max_new_tokens=16, eos_token_id=eos)
+    assert ended[1].finish_reason == "eos" and ended[1].token_ids == [eos] and ended[1].text == ""
+    assert any(result.finish_reason == "length" for result in ended)
+    assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="standard", max_new_tokens=16, eos_token_id=eos,
+                           min_new_tokens=3)
+    last_step = free[0].token_ids[-1]  # a stop met at the last step: finish reason "length", as before
+    text_of_last = tokenizer.decode([last_step])
+    if text_of_last.strip():
+        assert_same_generation(tiny_model, tokenizer, PROMPTS[:1], mode="standard", max_new_tokens=16,
+                               stop_strings=[text_of_last])
+
+
+def test_sampling_options_and_a_replayed_individual(tiny_model, tokenizer):
+    traditional = dict(mode="traditional", temperature=0.7, top_k=20, top_p=0.9, seed=11, max_new_tokens=10)
+    assert_same_generation(tiny_model, tokenizer, PROMPTS, **traditional)
+    greedy = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="traditional", temperature=0, max_new_tokens=6)
+    drawn = generate(tiny_model, tokenizer, PROMPTS[:1], mode="causal", seed=4, max_new_tokens=6)[0]
+    replayed = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="causal", individual=drawn.individual,
+                                      max_new_tokens=6)
+    assert replayed[0].token_ids == drawn.token_ids and torch.equal(replayed[2].individual, drawn.individual)
+    assert greedy[0].individual is None
+
+
+def test_untracked_text_is_decoded_once_at_the_end(tiny_model, tokenizer):
+    options = dict(mode="causal", seed=1, max_new_tokens=8)
+    expected = generate(tiny_model, tokenizer, list(PROMPTS), **options)
+    results, pieces = through_model_generate(tiny_model, tokenizer, list(PROMPTS), track_text=False, **options)
+    assert [r.to_dict() for r in results] == [r.to_dict() for r in expected]
+    assert [(p.index, p.text, p.finished) for p in pieces] == [(0, "", True), (1, "", True), (2, "", True)]
+
+
+def test_the_streamer_can_be_iterated_from_another_thread(tiny_model, tokenizer):
+    streamer = NumericTextStreamer(tokenizer, timeout=120)
+    arguments = generate_arguments(tiny_model, tokenizer, list(PROMPTS), mode="standard", max_new_tokens=8)
+    worker = threading.Thread(target=tiny_model.generate, kwargs=dict(**arguments, streamer=streamer))
+    worker.start()
+    texts = {index: "" for index in range(len(PROMPTS))}
+    finished = []
+    for piece in streamer:
+        texts[piece.index] += piece.text
+        if piece.finished:
+            finished.append(piece.index)
+    worker.join()
+    assert sorted(finished) == [0, 1, 2]
+    assert [texts[i] for i in range(3)] == [r.text for r in streamer.results(PROMPTS)]
+    with pytest.raises(TypeError, match="cannot be iterated"):
+        iter(NumericTextStreamer(tokenizer, callback=print))
+    with pytest.raises(RuntimeError, match="CausalQwenForCausalLM.generate"):
+        NumericTextStreamer(tokenizer).put(torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_bad_options_give_the_project_generator_errors(tiny_model, tokenizer):
+    cases = [
+        (dict(mode="beam"), ValueError, "standard, causal, traditional"),
+        (dict(mode="standard", temperature=0.7), ValueError, "only apply to mode 'traditional'"),
+        (dict(mode="standard", individual=[0.5] * 64), ValueError, "only applies to mode 'causal'"),
+        (dict(mode="causal", individual=[0.5] * 5), ValueError, "individual has shape"),
+        (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
+        (dict(mode="traditional", top_p=1.5), ValueError, "top_p"),
+        (dict(stop_strings=[""]), ValueError, "stop strings must be non-empty"),
+    ]
+    for options, error, message in cases:
+        with pytest.raises(error, match=message):
+            generate(tiny_model, tokenizer, list(PROMPTS), **options)
+        with pytest.raises(error, match=message):
+            generate_arguments(tiny_model, tokenizer, list(PROMPTS), **options)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        generate_arguments(tiny_model, tokenizer, ["a", ""])
+    arguments = generate_arguments(tiny_model, tokenizer, ["a"], mode="causal")
+    arguments["seed"] = "3"
+    with pytest.raises(TypeError, match="seed must be an int"):
+        tiny_model.generate(**arguments)
+
+
+# ---- model.generate: seeds and the decision's cost -------------------------------------------------------------
+def test_a_seed_gives_the_project_generator_samples_and_leaves_torch_generators_alone():
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID)
+    ids = torch.randint(1, 400, (3, 7), generator=torch.Generator().manual_seed(1))
+    options = dict(max_new_tokens=8, min_new_tokens=8, pad_token_id=0)  # both ban the model's end-of-sequence id
+    ours = generate_ids(model, ids, mode="traditional", seed=7, temperature=0.9, **options)
+    state = torch.get_rng_state()
+    sampled = model.generate(input_ids=ids, mode="traditional", do_sample=True, temperature=0.9, top_k=0, seed=7,
+                             **options)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(sampled[:, ids.shape[1]:], ours.token_ids)
+    causal = generate_ids(model, ids, mode="causal", seed=7, **options)
+    hf = model.generate(input_ids=ids, mode="causal", seed=7, return_dict_in_generate=True, **options)
+    assert torch.equal(hf.individual, causal.individual)
+    assert torch.equal(hf.sequences[:, ids.shape[1]:], causal.token_ids)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_full_vocabulary_scale_is_formed_where_a_cached_one_decides(tiny_model, monkeypatch, mode):
+    """The calibrated conversion has W_scale = 0: standard mode decides with the cached position-free scale (V,),
+    causal mode with its constant scale, traditional mode on loc_S; none forms the (B,S,V) scale_S."""
+    ids = torch.randint(10, 150000, (2, 5), generator=torch.Generator().manual_seed(3))
+    expected = generate_ids(tiny_model, ids, mode=mode, max_new_tokens=4, min_new_tokens=4, seed=1,
+                            **({"temperature": 0} if mode == "traditional" else {}))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the full scale_S was formed")
+
+    monkeypatch.setattr(tiny_model.action, "classify", refuse)
+    hf = tiny_model.generate(input_ids=ids, mode=mode, individual=expected.individual, max_new_tokens=4,
+                             min_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+    assert torch.equal(hf.sequences[:, ids.shape[1]:], expected.token_ids)
+
+
+def test_standard_scores_with_the_cached_scale_are_the_decision_scores(tiny_model):
+    ids = torch.randint(10, 150000, (2, 5), generator=torch.Generator().manual_seed(4))
+    hf = tiny_model.generate(input_ids=ids, mode="standard", max_new_tokens=1, pad_token_id=0, eos_token_id=None,
+                             return_dict_in_generate=True, output_logits=True)
+    with torch.no_grad():
+        out = tiny_model(ids)
+    expected = decision_score(out.loc_S[:, -1], out.scale_S[:, -1], tiny_model.ovr_thresholds())
+    torch.testing.assert_close(hf.logits[0], expected, rtol=1e-5, atol=0)
+    assert torch.equal(hf.logits[0].argmax(-1), expected.argmax(-1))
+    assert torch.isnan(hf.numeric_scales[:, : ids.shape[1]]).all()
+
+
+# ---- the generate command ---------------------------------------------------------------------------------------
+@pytest.fixture
+def cli(monkeypatch, tiny_model, tokenizer):
+    from causal_qwen.cli import main
+    from causal_qwen.conversion import loading
+
+    monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda **kwargs: (tiny_model, tokenizer))
+    return main
+
+
+@pytest.mark.parametrize(
+    "flags, options",
+    [
+        (["--mode", "causal", "--seed", "3"], dict(mode="causal", seed=3)),
+        (["--mode", "traditional", "--seed", "2", "--temperature", "0.8", "--top-k", "40"],
+         dict(mode="traditional", seed=2, temperature=0.8, top_k=40)),
+        (["--stop", "e", "--min-new-tokens", "2"], dict(mode="standard", stop_strings=("e",), min_new_tokens=2)),
+    ],
+    ids=["causal", "traditional", "standard-stop"],
+)
+def test_cli_json_equals_the_project_generator(cli, capsys, tiny_model, tokenizer, flags, options):
+    argv = ["generate", "--base", "random:tiny", "--max-new-tokens", "6", "--json", *flags, *PROMPTS[:2]]
+    assert cli(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = generate(tiny_model, tokenizer, list(PROMPTS[:2]), max_new_tokens=6, **options)
+    assert printed == json.loads(json.dumps([result.to_dict() for result in expected]))
+
+
+def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):
+    with number_bias(tiny_model, 1e4):
+        assert cli(["generate", "--base", "random:tiny", "--max-new-tokens", "2", "The price is"]) == 0
+        single = capsys.readouterr().out
+        expected = generate(tiny_model, tokenizer, "The price is", max_new_tokens=2)[0]
+    assert single.startswith("The price is" + expected.text + "\nnumbers:\n  number at token 0: ")
+    assert cli(["generate", "--base", "random:tiny", "--max-new-tokens", "3", *PROMPTS]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    expected = generate(tiny_model, tokenizer, list(PROMPTS), max_new_tokens=3)
+    assert lines == [f"[{index}] {PROMPTS[index]}{result.text}" for index, result in enumerate(expected)]
