@@ -76,12 +76,13 @@ def test_standard_and_causal_decisions_agree_with_the_base(real):
     ids, values = held_out_batch(tokenizer)
     out = model(input_ids=ids[:, :-1], numeric_values=values[:, :-1])
     figures = token_totals(model, out.loc_U[0], out.scale_U[0], ids[0, 1:], chunk_positions=None).metrics()
-    assert figures["standard_agreement"] >= 0.95, figures
-    assert figures["causal_agreement"] >= 0.95, figures
+    # the shared token noise makes every token's decision scale the same up to ρ = 1e-3: Qwen's greedy token
+    assert figures["standard_agreement"] >= 0.99, figures
+    assert figures["causal_agreement"] >= 0.99, figures
     assert 0.5 <= figures["ovr_prob_sum"] <= 2.0, figures
     # The target (<= 2x the softmax perplexity) is out of reach for any calibration that keeps loc_S equal to
-    # Qwen's logits (docs/design.md, "Calibration at conversion"); the literal setting gives ~5,900x, this ~220x.
-    assert figures["ovr_ppl_ratio"] < 1000, figures
+    # Qwen's logits (docs/design.md, "Calibration at conversion"); the literal setting gives ~5,900x, this ~100x.
+    assert figures["ovr_ppl_ratio"] < 300, figures
 
 
 @torch.no_grad()
@@ -89,10 +90,9 @@ def test_standard_generation_follows_the_base(real):
     from causal_qwen.core.generation import generate_ids
 
     qwen, model, tokenizer = real
-    # A prompt without near-ties below the threshold level in its first tokens (where standard mode can depart from
-    # greedy: the README's real-weights section); end-of-text is banned on both sides until `new` tokens.
-    ids = tokenizer(["Water boils at a temperature of"], return_tensors="pt")["input_ids"]  # (1,P)
-    new = 12
+    # End-of-text is banned on both sides until `new` tokens.
+    ids = tokenizer(["The capital of France is"], return_tensors="pt")["input_ids"]  # (1,P)
+    new = 24
     eos = qwen.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     reference = qwen.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,

@@ -53,9 +53,13 @@ def number_features(model, batches) -> tuple[Tensor, Tensor]:
     number's value, over ``batches`` of collated model inputs (``input_ids``, ``numeric_values``, ``attention_mask``)."""
     num_id = model.config.num_token_id
     features, values = [], []
-    for batch in batches:
+    total = len(batches) if hasattr(batches, "__len__") else None
+    for index, batch in enumerate(batches):
+        if total and index % max(1, total // 10) == 0:
+            logger.info("regression warm start: reading batch %d of %d", index + 1, total)
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
-        out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, return_scores=False)  # no V-wide scores
+        out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, use_cache=False,
+                    return_scores=False)  # features only: no cache, no V-wide scores
         targets = shift_targets(ids, numbers.double(), mask)
         is_number = targets.token_ids == num_id  # (N,)
         causal_size = out.loc_U.shape[-1]
