@@ -29,21 +29,17 @@ torch.set_num_threads(torch_threads())
 
 # ---- scheduling under pytest-xdist (`--dist loadscope --no-loadscope-reorder`, pyproject.toml) -------------
 # Every module is one unit of work, run whole on one worker, so that its module-scoped models, tokenizers and
-# training runs are built once. test_compare and test_demo form one unit: `compare_models` holds about 13 GB
-# at its peak on the tiny presets, and two at once do not fit a small machine (a worker was killed so).
-SHARED_GROUPS = {"test_compare": "compare_models", "test_demo": "compare_models"}
-# The slowest units start first (each 10 s to 90 s on one worker of a quiet 2-core machine), so that the
-# workers end together; the other modules (a few seconds each) follow in file order.
+# training runs are built once. The slowest units start first (each 10 s to 90 s on one worker of a quiet 2-core
+# machine), so that the workers end together; the other modules (a few seconds each) follow in file order.
 SLOWEST_FIRST = (
-    "compare_models", "test_robustness", "test_training", "test_numbers_benchmark", "test_generation",
+    "test_compare", "test_demo", "test_robustness", "test_training", "test_numbers_benchmark", "test_generation",
     "test_plots", "test_evaluation", "test_hf_generate", "test_number_grammar", "test_tokenizer",
 )
 
 
 def xdist_group(nodeid: str) -> str:
-    """The unit of work of a test: its module's name, or the group the module shares."""
-    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-    return SHARED_GROUPS.get(module, module)
+    """The unit of work of a test: its module's name."""
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):

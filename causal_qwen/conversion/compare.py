@@ -86,6 +86,72 @@ def count_parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+@dataclass
+class _RunningFigures:
+    """Maxima, sums and counts of the per-position figures, gathered one prompt at a time (a prompt's (S,V)
+    tensors are the largest things held: all prompts at once held about 10 GB on the tiny presets)."""
+
+    clean: int = 0
+    touched: int = 0
+    feature_diff: float = 0.0
+    feature_diff_after_numbers: float = 0.0
+    logits_abs: float = 0.0
+    logits_rel: float = 0.0
+    kl: float = 0.0
+    top1: int = 0
+    ovr_sum: float = 0.0
+    ovr_max: float = 0.0
+    ovr_row_sum: float = 0.0
+    ovr_positions: int = 0
+    ovr_count: int = 0
+    num_softmax: float = 0.0
+    loc_U_equals_features: bool = True
+    scale_U: list = field(default_factory=list)  # (S,C) per prompt
+    loc_U: list = field(default_factory=list)  # (S-1,C) per prompt: positions with a next token
+    scale_U_next: list = field(default_factory=list)  # (S-1,C) per prompt
+    targets: list = field(default_factory=list)  # (S-1,) per prompt
+
+    def add(self, qwen_out, causal_out, causal: CausalQwenForCausalLM, input_ids: torch.Tensor, num_id: int) -> None:
+        """Fold in one unpadded prompt: ``input_ids`` (1,S)."""
+        ids = input_ids[0]  # (S,)
+        is_number = ids == num_id  # (S,)
+        clean = torch.cumsum(is_number.long(), dim=0) == 0  # (S,): no <NUM> at or before this position
+        qwen_features = qwen_out.hidden_states[-1][0].float()  # (S,H)
+        qwen_logits = qwen_out.logits[0].float()  # (S,V)
+        features = causal_out.features[0].float()
+        loc_S = causal_out.loc_S[0].float()  # (S,V)
+
+        feature_diff = (features - qwen_features).abs().amax(dim=-1)  # (S,)
+        logits_abs = (loc_S - qwen_logits).abs()[clean]  # (n,V)
+        logits_rel = logits_abs / qwen_logits[clean].abs().clamp_min(1e-6)
+        log_p_qwen = torch.log_softmax(qwen_logits[clean], dim=-1)
+        log_p_causal = torch.log_softmax(loc_S, dim=-1)  # (S,V)
+        kl = (log_p_qwen.exp() * (log_p_qwen - log_p_causal[clean])).sum(dim=-1)  # (n,)
+        self.clean += int(clean.sum())
+        self.touched += int((~clean).sum())
+        self.feature_diff = max(self.feature_diff, _max_or_zero(feature_diff[clean]))
+        self.feature_diff_after_numbers = max(self.feature_diff_after_numbers, _max_or_zero(feature_diff[~clean]))
+        self.logits_abs = max(self.logits_abs, _max_or_zero(logits_abs))
+        self.logits_rel = max(self.logits_rel, _max_or_zero(logits_rel))
+        self.kl = max(self.kl, _max_or_zero(kl))
+        self.top1 += int((qwen_logits[clean].argmax(-1) == loc_S[clean].argmax(-1)).sum())
+        del logits_abs, logits_rel, log_p_qwen, kl
+
+        ovr = causal.ovr_probabilities(causal_out.loc_S[0], causal_out.scale_S[0]).float()  # (S,V)
+        self.ovr_sum += float(ovr.double().sum())
+        self.ovr_max = max(self.ovr_max, float(ovr.max()))
+        self.ovr_row_sum += float(ovr.double().sum(dim=-1).sum())
+        self.ovr_positions += ovr.shape[0]
+        self.ovr_count += ovr.numel()
+        if not bool(is_number.any()):  # <NUM>'s softmax probability in number-free text
+            self.num_softmax = max(self.num_softmax, float(log_p_causal[:, num_id].exp().max()))
+        self.loc_U_equals_features &= bool(torch.equal(causal_out.loc_U, causal_out.features))
+        self.scale_U.append(causal_out.scale_U[0].float())
+        self.loc_U.append(causal_out.loc_U[0, :-1])
+        self.scale_U_next.append(causal_out.scale_U[0, :-1])
+        self.targets.append(ids[1:])
+
+
 @torch.no_grad()
 def compare_models(
     qwen: Qwen2ForCausalLM,
@@ -95,7 +161,7 @@ def compare_models(
     base_name: str = "",
 ) -> ComparisonReport:
     """Run both models on ``prompts`` plus the start of a few held-out documentation topics (tokenized by the
-    `NumericTokenizer`) and build the report."""
+    `NumericTokenizer`), one prompt at a time, and build the report."""
     if not prompts:
         raise ValueError("compare needs at least one prompt")
     qwen.eval()
@@ -103,36 +169,17 @@ def compare_models(
     from .calibration import held_out_texts
 
     prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:HELD_OUT_TOPICS])
-    batch = tokenizer(list(prompts), padding=True, padding_side="right", return_tensors="pt")
-    input_ids, numeric_values, mask = batch["input_ids"], batch["numeric_values"], batch["attention_mask"]
     num_id = causal.config.num_token_id
+    running = _RunningFigures()
+    for prompt in prompts:
+        encoded = tokenizer([prompt], return_tensors="pt")
+        input_ids, numeric_values = encoded["input_ids"], encoded["numeric_values"]  # (1,S) each
+        qwen_out = qwen(input_ids=input_ids, output_hidden_states=True)
+        causal_out = causal(input_ids=input_ids, numeric_values=numeric_values)
+        running.add(qwen_out, causal_out, causal, input_ids, num_id)
+        del qwen_out, causal_out
 
-    qwen_out = qwen(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
-    causal_out = causal(input_ids=input_ids, numeric_values=numeric_values, attention_mask=mask)
-    qwen_features = qwen_out.hidden_states[-1].float()  # (B,S,H)
-    qwen_logits = qwen_out.logits.float()  # (B,S,V)
-
-    is_number = input_ids == num_id  # (B,S)
-    after_number = torch.cumsum(is_number.long(), dim=1) > 0  # (B,S): a <NUM> at or before this position
-    clean = mask.bool() & ~after_number  # (B,S)
-    touched = mask.bool() & after_number
-
-    features = causal_out.features.float()
-    loc_S = causal_out.loc_S.float()
-    feature_diff = (features - qwen_features).abs().amax(dim=-1)  # (B,S)
-    logits_abs = (loc_S - qwen_logits).abs()  # (B,S,V)
-    logits_rel = logits_abs / qwen_logits.abs().clamp_min(1e-6)
-    log_p_qwen = torch.log_softmax(qwen_logits, dim=-1)
-    log_p_causal = torch.log_softmax(loc_S, dim=-1)
-    kl = (log_p_qwen.exp() * (log_p_qwen - log_p_causal)).sum(dim=-1)  # (B,S)
-    top1 = (qwen_logits.argmax(-1) == loc_S.argmax(-1)).float()
-
-    scale_U = causal_out.scale_U.float()[mask.bool()]  # (M,C)
-    ovr = causal.ovr_probabilities(causal_out.loc_S, causal_out.scale_S).float()[mask.bool()]  # (M,V)
-    number_free = ~is_number.any(dim=1)  # (B,)
-    number_free_positions = mask.bool() & number_free.unsqueeze(1)
-    num_softmax = log_p_causal[..., num_id].exp()[number_free_positions]
-
+    scale_U = torch.cat(running.scale_U)  # (M,C)
     head = causal.action.classification_head.weight
     qwen_head = qwen.lm_head.weight
     vocab_rows = qwen_head.shape[0]
@@ -141,7 +188,9 @@ def compare_models(
     head_is_clone = head.data_ptr() != qwen_head.data_ptr()
 
     expected_scale = causal.config.initial_scale
-    decisions = _decision_figures(causal, causal_out, input_ids, mask)
+    decisions = _decision_figures(
+        causal, torch.cat(running.loc_U), torch.cat(running.scale_U_next), torch.cat(running.targets)
+    )
     report = ComparisonReport(
         base=base_name,
         qwen_parameters=count_parameters(qwen),
@@ -152,22 +201,22 @@ def compare_models(
         },
         weights_identical=backbone_identical and head_identical,
         classification_head_is_clone=head_is_clone,
-        positions_compared=int(clean.sum()),
-        positions_after_numbers=int(touched.sum()),
-        feature_max_abs_diff=_max_or_zero(feature_diff[clean]),
-        feature_max_abs_diff_after_numbers=_max_or_zero(feature_diff[touched]),
-        logits_max_abs_diff=_max_or_zero(logits_abs[clean]),
-        logits_max_rel_diff=_max_or_zero(logits_rel[clean]),
-        softmax_kl=_max_or_zero(kl[clean]),
-        top1_agreement=float(top1[clean].mean()) if clean.any() else float("nan"),
+        positions_compared=running.clean,
+        positions_after_numbers=running.touched,
+        feature_max_abs_diff=running.feature_diff,
+        feature_max_abs_diff_after_numbers=running.feature_diff_after_numbers,
+        logits_max_abs_diff=running.logits_abs,
+        logits_max_rel_diff=running.logits_rel,
+        softmax_kl=running.kl,
+        top1_agreement=running.top1 / running.clean if running.clean else float("nan"),
         scale_U_mean=float(scale_U.mean()),
         scale_U_std=float((scale_U.std(dim=0) / scale_U.mean(dim=0).clamp_min(1e-38)).max()) if len(scale_U) > 1 else 0.0,
-        loc_U_equals_features=bool(torch.equal(causal_out.loc_U, causal_out.features)),
-        ovr_prob_mean=float(ovr.mean()),
-        ovr_prob_max=float(ovr.max()),
-        ovr_prob_sum_mean=float(ovr.sum(dim=-1).mean()),
+        loc_U_equals_features=running.loc_U_equals_features,
+        ovr_prob_mean=running.ovr_sum / running.ovr_count,
+        ovr_prob_max=running.ovr_max,
+        ovr_prob_sum_mean=running.ovr_row_sum / running.ovr_positions,
         num_token_id=num_id,
-        num_softmax_prob_max=_max_or_zero(num_softmax),
+        num_softmax_prob_max=running.num_softmax,
         expected_scale_U=expected_scale,
         calibration=causal.config.ovr_calibration,
         **decisions,
@@ -193,15 +242,14 @@ def compare_models(
     return report
 
 
-def _decision_figures(causal: CausalQwenForCausalLM, out, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """The model's own decisions against the base's greedy token at every real position, and the perplexities of
-    the next tokens under the OvR probabilities normalised over the vocabulary and under the softmax."""
+def _decision_figures(
+    causal: CausalQwenForCausalLM, loc_U: torch.Tensor, scale_U: torch.Tensor, targets: torch.Tensor
+) -> dict[str, float]:
+    """The model's own decisions against the base's greedy token at every position with a next token, and the
+    perplexities of the next tokens under the OvR probabilities normalised over the vocabulary and under the
+    softmax. loc_U, scale_U (N,C); targets (N,): the next token of each position."""
     from ..evaluation.evaluation import token_totals
 
-    keep = mask.bool()[:, :-1]  # (B,S-1) positions with a next token
-    loc_U = out.loc_U[:, :-1][keep]  # (N,C)
-    scale_U = out.scale_U[:, :-1][keep]
-    targets = input_ids[:, 1:][keep]  # (N,)
     figures = token_totals(causal, loc_U, scale_U, targets, chunk_positions=None).metrics()
     return {
         "standard_agreement": figures["standard_agreement"],
