@@ -2,18 +2,20 @@
 
     python benchmarks/generation.py [--base random:qwen2.5-0.5b] [--json] [--quick] [--repeats N]
 
-For batch 1 and 4, a 64-token prompt and 64 new tokens (``min_new_tokens`` forces the full length), every
-method runs once per repetition, in alternating order (interleaved), so the noise of a shared machine
-spreads evenly; as with ``timeit``, the best repetition is the estimate of the undisturbed speed (other
-processes only ever add time). Two figures per method and batch size:
+CausalQwen runs two ways: the project's generator (`causal_qwen.core.generation.generate_ids`, methods named by
+the mode) and Hugging Face's loop (``model.generate(mode=...)``, which the command line and the demo call;
+methods ``generate_<mode>``). For batch 1 and 4, a 64-token prompt and 64 new tokens (``min_new_tokens`` forces
+the full length), every method runs once per repetition, in alternating order (interleaved), so the noise of a
+shared machine spreads evenly; as with ``timeit``, the best repetition is the estimate of the undisturbed speed
+(other processes only ever add time). Two figures per method and batch size:
 
     tokens_per_s         B·T / best time of the whole call (prefill included)
     decode_tokens_per_s  B / median decode-step time of that best call
 
 and the ratios (CausalQwen / Qwen, the smaller over the two batch sizes):
 
-    ratio_<mode>         from tokens_per_s (the headline figure)
-    decode_ratio_<mode>  from decode_tokens_per_s
+    ratio_<mode>, ratio_generate_<mode>                 from tokens_per_s (the headline figure)
+    decode_ratio_<mode>, decode_ratio_generate_<mode>   from decode_tokens_per_s
 
 The per-token time at 64 vs 256 new tokens (batch 1) shows whether a step grows with the position: the
 median and the minimum step time over steps 2–64 and over steps 193–256 of one 256-token run, per method.
@@ -24,17 +26,24 @@ classification head is CausalQwen's own copy of ``lm_head``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
-import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+# Run as a script, this folder is sys.path[0], and its numbers.py would shadow the standard library's `numbers`
+# (which statistics and torch import): the repository root takes its place.
+ROOT = Path(__file__).resolve().parents[1]
+if sys.path and Path(sys.path[0] or ".").resolve() == ROOT / "benchmarks":
+    sys.path[0] = str(ROOT)
+elif str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
 from causal_qwen.core.generation import MODES, generate_ids  # noqa: E402
@@ -44,7 +53,7 @@ PROMPT_TOKENS = 64
 NEW_TOKENS = 64
 LONG_NEW_TOKENS = 256
 BATCH_SIZES = (1, 4)
-METHODS = ("qwen",) + MODES
+METHODS = ("qwen",) + MODES + tuple(f"generate_{mode}" for mode in MODES)
 
 
 class _StepClock(StoppingCriteria):
@@ -79,6 +88,21 @@ def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: in
                 num_beams=1,
                 pad_token_id=0,
                 stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
+            )
+        generated = out.shape[1] - input_ids.shape[1]
+    elif method.startswith("generate_"):
+        mode = method.removeprefix("generate_")
+        options = dict(do_sample=False) if mode == "traditional" else dict(seed=0) if mode == "causal" else {}
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                mode=mode,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=0,
+                stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
+                **options,
             )
         generated = out.shape[1] - input_ids.shape[1]
     else:
@@ -138,11 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": repeats,
         "threads": torch.get_num_threads(),
     }
-    for mode in MODES:
-        report[f"ratio_{mode}"] = min(tokens_per_s[f"{mode}_b{b}"] / tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES)
-    for mode in MODES:
-        report[f"decode_ratio_{mode}"] = min(
-            decode_tokens_per_s[f"{mode}_b{b}"] / decode_tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES
+    causal_methods = METHODS[1:]
+    for method in causal_methods:
+        report[f"ratio_{method}"] = min(
+            tokens_per_s[f"{method}_b{b}"] / tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES
+        )
+    for method in causal_methods:
+        report[f"decode_ratio_{method}"] = min(
+            decode_tokens_per_s[f"{method}_b{b}"] / decode_tokens_per_s[f"qwen_b{b}"] for b in BATCH_SIZES
         )
     report["tokens_per_s"] = tokens_per_s
     report["decode_tokens_per_s"] = decode_tokens_per_s
@@ -171,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         decode_row = "  ".join(f"{m} {decode_tokens_per_s[f'{m}_b{batch}']:7.2f}" for m in METHODS)
         print(f"batch {batch}: tokens/s  {row}")
         print(f"batch {batch}: decode tokens/s  {decode_row}")
-    for mode in MODES:
-        ratio, decode_ratio = report[f"ratio_{mode}"], report[f"decode_ratio_{mode}"]
-        print(f"ratio_{mode} = {ratio:.3f}   decode_ratio_{mode} = {decode_ratio:.3f}")
+    for method in causal_methods:
+        ratio, decode_ratio = report[f"ratio_{method}"], report[f"decode_ratio_{method}"]
+        print(f"ratio_{method} = {ratio:.3f}   decode_ratio_{method} = {decode_ratio:.3f}")
     for method, entry in report.get("per_token_time_b1", {}).items():
         print(
             f"{method}: step median/min {entry['step_s_2_64'] * 1e3:.1f}/{entry['min_step_s_2_64'] * 1e3:.1f} ms "

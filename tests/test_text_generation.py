@@ -128,6 +128,14 @@ def test_sampling_options_and_a_replayed_individual(tiny_model, tokenizer):
                                       max_new_tokens=6)
     assert replayed[0].token_ids == drawn.token_ids and torch.equal(replayed[2].individual, drawn.individual)
     assert greedy[0].individual is None
+    for mode in ("causal", "traditional"):  # no seed: one drawn from torch's global generator, the same both ways
+        torch.manual_seed(8)
+        expected = generate(tiny_model, tokenizer, list(PROMPTS), mode=mode, max_new_tokens=6)
+        after = torch.get_rng_state()
+        torch.manual_seed(8)
+        results, _ = through_model_generate(tiny_model, tokenizer, list(PROMPTS), mode=mode, max_new_tokens=6)
+        assert [r.to_dict() for r in results] == [r.to_dict() for r in expected]
+        assert torch.equal(torch.get_rng_state(), after)
 
 
 def test_untracked_text_is_decoded_once_at_the_end(tiny_model, tokenizer):
@@ -167,6 +175,7 @@ def test_bad_options_give_the_project_generator_errors(tiny_model, tokenizer):
         (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
         (dict(mode="traditional", top_p=1.5), ValueError, "top_p"),
         (dict(stop_strings=[""]), ValueError, "stop strings must be non-empty"),
+        (dict(mode="causal", seed="3"), TypeError, "seed must be an int"),
     ]
     for options, error, message in cases:
         with pytest.raises(error, match=message):

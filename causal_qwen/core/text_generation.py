@@ -33,6 +33,7 @@ from .generation import (
     _decoder_for,
     _model_device,
     _number_prediction,
+    _prepare_generator,
     _RowText,
     _token_id_tuple,
     _tokenizer_pad_id,
@@ -68,6 +69,8 @@ def generate_arguments(
     ``generation_config`` (``return_dict_in_generate=True``, the stop strings, end-of-sequence and padding ids,
     sampling only in traditional mode with ``temperature > 0``, no top-k/top-p/repetition penalty unless given);
     ``mode``, ``seed`` and ``individual`` (ε (B,C) float64, or None) are `CausalQwenForCausalLM.generate`'s own.
+    Without a seed, one is drawn from torch's global generator, as `generation.generate` draws it, so that the
+    same global state gives the same individual and samples both ways.
     """
     prompts = _as_prompt_list(prompts)
     stops = _as_stop_strings(stop_strings)
@@ -83,6 +86,7 @@ def generate_arguments(
         if settings.mode != "causal":
             raise ValueError(f"an individual only applies to mode 'causal', not {settings.mode!r}")
         individual = _check_individual(individual, input_ids.shape[0], model.config.causal_size, input_ids.device)
+    seed = _prepare_generator(seed, input_ids.device).initial_seed()  # or one drawn from torch's generator
     sampling = {}
     if settings.do_sample:  # 0 and 1.0 switch Hugging Face's top-k (default 50) and top-p off
         sampling = dict(temperature=settings.temperature, top_k=settings.top_k or 0, top_p=settings.top_p or 1.0)
