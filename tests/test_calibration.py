@@ -57,8 +57,8 @@ def test_ovr_figures_equal_the_definition():
     targets = torch.randint(0, 9, (6,), generator=generator)
     scales = torch.rand(9, generator=generator) + 0.5
     level, sigma, margin = 0.3, 0.7, 1.0
-    got = calibration.ovr_figures(features, targets, weight, None, scales, [(level, sigma, margin), (0.0, 0.1, 0.0)])
     logits = features @ weight.T
+    got = calibration.ovr_figures(logits, targets, scales, [(level, sigma, margin), (0.0, 0.1, 0.0)])
     p = cauchy.ovr_probability(logits.double(), (sigma * scales).double(), torch.tensor(level - margin * sigma).double())
     expected_nll = (p.sum(-1).log() - p.gather(1, targets[:, None])[:, 0].log()).mean()
     assert math.isclose(float(got["prob_sum"][0]), float(p.sum(-1).mean()), rel_tol=1e-5)
@@ -95,3 +95,29 @@ def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind):
     with torch.no_grad():
         prob_sum = model.ovr_probabilities(out.loc_S, out.scale_S).sum(-1)  # (B,S)
     assert float(prob_sum.mean()) < 5 * calibration.MAX_PROB_SUM  # sparse, not ~0.3 for every token
+
+
+def test_ovr_figures_skip_only_settings_that_must_exceed_the_limit():
+    """At one threshold the sum over the tokens below it grows with σ and those above add at most one each: the
+    settings after the first whose sum exceeds the limit by more than that count are not computed (inf); the
+    computed ones equal a run without a limit, and the choice is the same."""
+    generator = torch.Generator().manual_seed(4)
+    logits = torch.randn(7, 40, generator=generator) * 3
+    targets = torch.randint(0, 40, (7,), generator=generator)
+    scales = torch.rand(40, generator=generator) + 0.5
+    exponents = (0, -3, -1, -2, -4, 1)
+    grid = [(6.0, 10.0**e, 0.0) for e in exponents]  # one threshold, σ out of order
+    full = calibration.ovr_figures(logits, targets, scales, grid)
+    assert torch.isfinite(full["prob_sum"]).all() and torch.isfinite(full["ovr_nll"]).all()
+    limit = 1.0  # sums 0.71 to 0.98 for σ ≤ 0.1, 3.2 at σ = 1 (0.71 logits above t on average), 12.9 at 10
+    limited = calibration.ovr_figures(logits, targets, scales, grid, max_prob_sum=limit)
+    computed = torch.isfinite(limited["prob_sum"])
+    assert 0 < int(computed.sum()) < len(grid)  # some skipped, and only the largest σ
+    largest_computed = max(exponents[g] for g in range(len(grid)) if computed[g])
+    assert all(bool(computed[g]) == (exponents[g] <= largest_computed) for g in range(len(grid)))
+    assert bool((full["prob_sum"][~computed] > limit).all())  # what was skipped was above the limit indeed
+    assert torch.equal(limited["prob_sum"][computed], full["prob_sum"][computed])
+    assert torch.equal(limited["ovr_nll"][computed], full["ovr_nll"][computed])
+    assert calibration.choose_scale(limited["prob_sum"], limited["ovr_nll"], limit) == calibration.choose_scale(
+        full["prob_sum"], full["ovr_nll"], limit
+    )

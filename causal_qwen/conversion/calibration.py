@@ -212,29 +212,38 @@ def level_candidates(top_values: Tensor, max_mean_count: float = MAX_MEAN_ABOVE)
 
 @torch.no_grad()
 def ovr_figures(
-    features: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, scales: Tensor,
-    grid: list[tuple[float, float, float]], chunk: int = 128,
+    logits: Tensor, targets: Tensor, scales: Tensor, grid: list[tuple[float, float, float]],
+    max_prob_sum: float = math.inf,
 ) -> dict[str, Tensor]:
     """For each ``(L, σ, m)`` in ``grid``, with ``t = L − m·σ`` and ``scale_k = σ·r_k`` (``r = scales``, near 1):
     mean ``Σ_k P_k`` and mean OvR-normalised NLL ``−log(P_t / Σ_k P_k)``; plus the softmax NLL.
-    features (N,H), targets (N,), scales (V,)  →  (G,) tensors and a scalar."""
-    w = weight.detach().float()
-    b = None if bias is None else bias.detach().float()
-    prob_sum = torch.zeros(len(grid), dtype=torch.float64)
-    ovr_nll = torch.zeros(len(grid), dtype=torch.float64)
-    softmax_nll = 0.0
-    for start in range(0, len(features), chunk):
-        logits = F.linear(features[start : start + chunk], w, b)  # (n,V)
-        target = targets[start : start + chunk, None]  # (n,1)
-        softmax_nll += (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().sum().item()
-        for g, (level, sigma, margin) in enumerate(grid):
-            below = (level - margin * sigma) - logits  # (n,V) t − l_k
-            log_p = torch.log(torch.atan2(sigma * scales, below) / math.pi)  # (n,V) log P_k, no cancellation
-            total = torch.logsumexp(log_p, dim=-1)  # (n,) log Σ_k P_k
-            prob_sum[g] += total.double().exp().sum()
-            ovr_nll[g] += (total - log_p.gather(1, target)[:, 0]).double().sum()
-    n = len(features)
-    return {"prob_sum": prob_sum / n, "ovr_nll": ovr_nll / n, "softmax_nll": torch.tensor(softmax_nll / n)}
+
+    At a fixed ``t`` the part of the sum over the tokens below it (``l_k < t``) grows with ``σ``, and the tokens
+    above it add at most one each. So the settings of one ``t`` are taken in increasing ``σ``, and once one has a mean
+    sum above ``max_prob_sum`` plus the mean count of logits above ``t``, every larger ``σ`` has a sum above
+    ``max_prob_sum`` too and is not computed: both of its figures are ``inf``.
+    logits (N,V), targets (N,), scales (V,)  →  (G,) tensors and a scalar."""
+    logits = logits.float()
+    target = targets[:, None]  # (N,1)
+    prob_sum = torch.full((len(grid),), math.inf, dtype=torch.float64)
+    ovr_nll = torch.full((len(grid),), math.inf, dtype=torch.float64)
+    by_threshold: dict[float, list[tuple[float, int]]] = {}  # t → [(σ, grid index)]
+    for g, (level, sigma, margin) in enumerate(grid):
+        by_threshold.setdefault(level - margin * sigma, []).append((sigma, g))
+    for threshold, members in by_threshold.items():
+        below = threshold - logits  # (N,V) t − l_k
+        mean_above = float((below <= 0).sum(dim=-1, dtype=torch.float64).mean())  # logits at or above t
+        for sigma, g in sorted(members):
+            # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal
+            angle = torch.atan2(sigma * scales, below)  # (N,V)
+            total = angle.sum(dim=-1, dtype=torch.float64) / math.pi  # (N,) Σ_k P_k
+            target_p = angle.gather(1, target)[:, 0].double() / math.pi  # (N,) P_t
+            prob_sum[g] = total.mean()
+            ovr_nll[g] = (total.log() - target_p.log()).mean()
+            if prob_sum[g] - mean_above > max_prob_sum:
+                break
+    softmax_nll = (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().mean()
+    return {"prob_sum": prob_sum, "ovr_nll": ovr_nll, "softmax_nll": softmax_nll}
 
 
 def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:
@@ -253,13 +262,14 @@ def search_decision(
     """Step 2: ``(L, σ, m)`` by `choose_scale`: up to `COARSE_LEVELS` of the candidate ``levels`` (spread evenly, the
     lowest included) with whole decades of ``σ`` at ``m = 0``; then the best level and its neighbours among the
     candidates, with quarter decades around the best ``σ`` and each of `MARGINS`."""
+    logits = F.linear(features, head.weight.detach().float(), None if head.bias is None else head.bias.detach().float())
     picks = sorted({round(i * (len(levels) - 1) / max(COARSE_LEVELS - 1, 1)) for i in range(COARSE_LEVELS)})
     coarse = [(i, 10.0**e) for i in picks for e in COARSE_EXPONENTS]
-    figures = ovr_figures(features, targets, head.weight, head.bias, scales, [(levels[i], sigma, 0.0) for i, sigma in coarse])
+    figures = ovr_figures(logits, targets, scales, [(levels[i], sigma, 0.0) for i, sigma in coarse], MAX_PROB_SUM)
     index, sigma = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
     near = levels[max(index - 1, 0) : index + 2]
     fine = [(level, sigma * 10.0 ** (q / 4), margin) for level in near for q in range(-3, 4) for margin in MARGINS]
-    figures = ovr_figures(features, targets, head.weight, head.bias, scales, fine)
+    figures = ovr_figures(logits, targets, scales, fine, MAX_PROB_SUM)
     best = choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)
     return fine[best], figures, best
 
