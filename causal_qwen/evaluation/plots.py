@@ -25,6 +25,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from ..core.cauchy import interval_half_width
+
 logger = logging.getLogger(__name__)
 
 DPI = 110
@@ -89,14 +91,14 @@ def plot_number_densities(
             axis.set_visible(False)
             continue
         y, mu, gamma = float(values[index]), float(locs[index]), float(scales[index])
-        half_90 = gamma * math.tan(math.pi * 0.45)
+        half_90 = gamma * interval_half_width(0.9)
         low = min(mu - 1.2 * half_90, y - 0.15 * half_90)
         high = max(mu + 1.2 * half_90, y + 0.15 * half_90)
         grid = torch.linspace(low, high, 600, dtype=torch.float64)  # (600,)
         density = 1.0 / (math.pi * gamma * (1.0 + ((grid - mu) / gamma) ** 2))  # (600,)
         axis.plot(grid.numpy(), density.numpy(), color=MEDIAN_COLOR, lw=1.8, label="predictive density")
         for level, alpha in ((0.9, 0.15), (0.5, 0.3)):
-            half = gamma * math.tan(math.pi * level / 2)
+            half = gamma * interval_half_width(level)
             inside = (grid >= mu - half) & (grid <= mu + half)
             axis.fill_between(grid[inside].numpy(), density[inside].numpy(), color=MEDIAN_COLOR, alpha=alpha,
                               label=f"central {int(level * 100)}% interval")
@@ -334,7 +336,7 @@ def plot_forecasts(
     figure = _figure(11, 4.2)
     axis = figure.subplots()
     for level, alpha in ((0.9, 0.15), (0.5, 0.3)):
-        half = scales * math.tan(math.pi * level / 2)
+        half = scales * interval_half_width(level)
         axis.fill_between(x.numpy(), (locs - half).numpy(), (locs + half).numpy(), color=MEDIAN_COLOR, alpha=alpha,
                           lw=0, label=f"central {int(level * 100)}% interval")
     axis.plot(x.numpy(), locs.numpy(), color=MEDIAN_COLOR, lw=1.2, label="CausalQwen median loc_Y")
@@ -342,7 +344,8 @@ def plot_forecasts(
         values = _as_1d(name, values)
         axis.plot(x.numpy(), values.numpy(), color=color, lw=1, ls="--", label=name)
     axis.plot(x.numpy(), true.numpy(), ".", color=TRUE_COLOR, ms=4, label="true value")
-    bands = torch.cat([locs - scales * math.tan(math.pi * 0.45), locs + scales * math.tan(math.pi * 0.45), true])
+    half_90 = scales * interval_half_width(0.9)
+    bands = torch.cat([locs - half_90, locs + half_90, true])
     low, high = float(bands.quantile(0.01)), float(bands.quantile(0.99))
     margin = 0.05 * (high - low + 1e-9)
     axis.set_ylim(low - margin, high + margin)
