@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
+import filelock
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -63,6 +66,62 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             super().schedule()
 
     return SlowestUnitsFirst(config, log)
+
+
+# ---- one calibration per random preset and run ----------------------------------------------------------
+class SharedPresetCalibrations(dict):
+    """`calibration._MEMO` for the test run: the calibrations of the random presets (``random:tiny`` …) are
+    shared by the pytest-xdist workers through files next to their temporary folders, so each is fitted once
+    per run (about 20 s each on the 151,936-row vocabulary) instead of once per worker. One worker fits while
+    the others wait on the file's lock; anything else stays in this process. The calibration itself is tested
+    on models built in the tests (tests/test_calibration.py), where nothing is shared."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.held: dict = {}  # key → the lock this process holds while it fits
+
+    def _path(self, key) -> Path:
+        return self.folder / f"calibration-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}.pt"
+
+    def __contains__(self, key) -> bool:
+        if super().__contains__(key):
+            return True
+        if not (isinstance(key[0], tuple) and key[0][0] == "preset"):
+            return False
+        path = self._path(key)
+        lock = filelock.FileLock(str(path) + ".lock")
+        try:
+            lock.acquire(timeout=900)
+        except filelock.Timeout:
+            return False
+        if path.exists():
+            super().__setitem__(key, torch.load(path, weights_only=False))
+            lock.release()
+            return True
+        self.held[key] = lock  # the caller fits and stores it (`__setitem__`)
+        return False
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        lock = self.held.pop(key, None)
+        if lock is not None:
+            path = self._path(key)
+            torch.save(value, path.with_suffix(".partial"))
+            os.replace(path.with_suffix(".partial"), path)
+            lock.release()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_preset_calibrations(tmp_path_factory):
+    from causal_qwen.conversion import calibration
+
+    folder = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = folder.parent  # shared by the workers of this run
+    calibration._MEMO = SharedPresetCalibrations(folder)
+    yield
+    calibration._MEMO = {}
 
 
 SMALL_VOCAB = 512
