@@ -72,32 +72,26 @@ def make_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> torch.Te
     return torch.randint(0, min(vocab, 151643), (batch, length), generator=generator)  # (B,P)
 
 
+def _mode_options(mode: str) -> dict:
+    """Greedy traditional decoding; one fixed individual in causal mode."""
+    return dict(do_sample=False) if mode == "traditional" else dict(seed=0) if mode == "causal" else {}
+
+
 def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, list[float]]:
     """One call: (total seconds, step durations; the first one includes the prefill)."""
     mask = torch.ones_like(input_ids)
     start = time.perf_counter()
     stamps = [start]
-    if method == "qwen":
+    if method == "qwen" or method.startswith("generate_"):  # Hugging Face's loop, Qwen's or CausalQwen's
+        if method == "qwen":
+            generator, options = qwen, dict(do_sample=False, num_beams=1)
+        else:
+            mode = method.removeprefix("generate_")
+            generator, options = model, dict(mode=mode, **_mode_options(mode))
         with torch.inference_mode():
-            out = qwen.generate(
+            out = generator.generate(
                 input_ids=input_ids,
                 attention_mask=mask,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=0,
-                stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
-            )
-        generated = out.shape[1] - input_ids.shape[1]
-    elif method.startswith("generate_"):
-        mode = method.removeprefix("generate_")
-        options = dict(do_sample=False) if mode == "traditional" else dict(seed=0) if mode == "causal" else {}
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=input_ids,
-                attention_mask=mask,
-                mode=mode,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
                 pad_token_id=0,
@@ -106,7 +100,7 @@ def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: in
             )
         generated = out.shape[1] - input_ids.shape[1]
     else:
-        options = dict(do_sample=False) if method == "traditional" else dict(seed=0) if method == "causal" else {}
+        options = _mode_options(method)
         out = generate_ids(
             model,
             input_ids,

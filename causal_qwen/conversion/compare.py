@@ -106,9 +106,8 @@ class _RunningFigures:
     ovr_count: int = 0
     num_softmax: float = 0.0
     loc_U_equals_features: bool = True
-    scale_U: list = field(default_factory=list)  # (S,C) per prompt
+    scale_U: list = field(default_factory=list)  # (S,C) per prompt, in the model's dtype
     loc_U: list = field(default_factory=list)  # (S-1,C) per prompt: positions with a next token
-    scale_U_next: list = field(default_factory=list)  # (S-1,C) per prompt
     targets: list = field(default_factory=list)  # (S-1,) per prompt
 
     def add(self, qwen_out, causal_out, causal: CausalQwenForCausalLM, input_ids: torch.Tensor, num_id: int) -> None:
@@ -146,9 +145,8 @@ class _RunningFigures:
         if not bool(is_number.any()):  # <NUM>'s softmax probability in number-free text
             self.num_softmax = max(self.num_softmax, float(log_p_causal[:, num_id].exp().max()))
         self.loc_U_equals_features &= bool(torch.equal(causal_out.loc_U, causal_out.features))
-        self.scale_U.append(causal_out.scale_U[0].float())
+        self.scale_U.append(causal_out.scale_U[0])
         self.loc_U.append(causal_out.loc_U[0, :-1])
-        self.scale_U_next.append(causal_out.scale_U[0, :-1])
         self.targets.append(ids[1:])
 
 
@@ -179,7 +177,7 @@ def compare_models(
         running.add(qwen_out, causal_out, causal, input_ids, num_id)
         del qwen_out, causal_out
 
-    scale_U = torch.cat(running.scale_U)  # (M,C)
+    scale_U = torch.cat(running.scale_U).float()  # (M,C)
     head = causal.action.classification_head.weight
     qwen_head = qwen.lm_head.weight
     vocab_rows = qwen_head.shape[0]
@@ -189,7 +187,7 @@ def compare_models(
 
     expected_scale = causal.config.initial_scale
     decisions = _decision_figures(
-        causal, torch.cat(running.loc_U), torch.cat(running.scale_U_next), torch.cat(running.targets)
+        causal, torch.cat(running.loc_U), torch.cat([scale[:-1] for scale in running.scale_U]), torch.cat(running.targets)
     )
     report = ComparisonReport(
         base=base_name,
