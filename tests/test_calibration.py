@@ -121,3 +121,17 @@ def test_ovr_figures_skip_only_settings_that_must_exceed_the_limit():
     assert calibration.choose_scale(limited["prob_sum"], limited["ovr_nll"], limit) == calibration.choose_scale(
         full["prob_sum"], full["ovr_nll"], limit
     )
+
+
+def test_count_above_reads_the_top_logits_and_the_whole_row_when_they_all_exceed(monkeypatch):
+    """The mean count of logits at or above ``t`` equals a count over every logit, for thresholds that the
+    kept top logits answer and for ones that some row exceeds with more logits than are kept."""
+    monkeypatch.setattr(calibration, "ABOVE_TOP", 4)
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(5, 30, generator=generator)
+    logits[2] += 3.0  # one row whose logits all sit high: at t = 1 more than 4 of them exceed
+    count_above = calibration._AboveCounter(logits)
+    for threshold in (-1.0, 0.0, 1.0, 2.5, 10.0):
+        expected = float((logits >= threshold).sum(dim=-1).double().mean())
+        assert count_above(threshold) == expected, threshold
+    assert int((logits[2] >= 1.0).sum()) > 4

@@ -109,6 +109,8 @@ def write_config(path: Path, values: dict) -> Path:
 
 def train_in_child(values: dict, resume: bool, fault: str | None, messages: str) -> None:
     """A training run in a forked child (forkserver: torch is imported once); ``fault`` sets CAUSAL_QWEN_FAULT."""
+    import gc
+
     import torch
 
     from causal_qwen.training.run_folder import FAULT_ENV
@@ -116,6 +118,7 @@ def train_in_child(values: dict, resume: bool, fault: str | None, messages: str)
     from causal_qwen.training.training import run_training
 
     torch.set_num_threads(1)
+    gc.freeze()  # the training stack the server imported: the run's closing gc.collect() need not walk it
     if fault:
         os.environ[FAULT_ENV] = fault
     else:

@@ -64,6 +64,7 @@ MARGINS = (-2.0, 0.0, 2.0)  # m: the threshold sits m decision scales below the 
 SCALE_POSITIONS = 256
 TEXT_CHARS = 4000  # each text's first characters: enough for two windows
 MAX_PROB_SUM = 1.5
+ABOVE_TOP = 64  # top logits per position kept to count those above a threshold
 MAX_MEAN_ABOVE = 1.0  # logits above the level, on average over the calibration positions
 NOISE_SHARE = 0.1  # of the individual's share s: the part in b_noise (the rest is scale_U)
 INDIVIDUAL_SHARE = 1e-3  # ρ: the row-dependent share (|W| s)_k of every token's decision scale; γ_S holds the rest
@@ -230,13 +231,15 @@ def ovr_figures(
     by_threshold: dict[float, list[tuple[float, int]]] = {}  # t → [(σ, grid index)]
     for g, (level, sigma, margin) in enumerate(grid):
         by_threshold.setdefault(level - margin * sigma, []).append((sigma, g))
+    count_above = _AboveCounter(logits)
     for threshold, members in by_threshold.items():
         below = threshold - logits  # (N,V) t − l_k
-        mean_above = float((below <= 0).sum(dim=-1, dtype=torch.float64).mean())  # logits at or above t
+        mean_above = count_above(threshold)
         for sigma, g in sorted(members):
-            # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal
+            # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal.
+            # Summed in float32 (pairwise, relative error ~1e-7): a float64 sum of (N,V) is 25x slower than atan2.
             angle = torch.atan2(sigma * scales, below)  # (N,V)
-            total = angle.sum(dim=-1, dtype=torch.float64) / math.pi  # (N,) Σ_k P_k
+            total = angle.sum(dim=-1).double() / math.pi  # (N,) Σ_k P_k
             target_p = angle.gather(1, target)[:, 0].double() / math.pi  # (N,) P_t
             prob_sum[g] = total.mean()
             ovr_nll[g] = (total.log() - target_p.log()).mean()
@@ -244,6 +247,22 @@ def ovr_figures(
                 break
     softmax_nll = (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().mean()
     return {"prob_sum": prob_sum, "ovr_nll": ovr_nll, "softmax_nll": softmax_nll}
+
+
+class _AboveCounter:
+    """Mean over positions of the number of logits at or above a threshold, read from each position's top
+    `ABOVE_TOP` logits (counting over (N,V) booleans is several times slower than an atan2 over them); over
+    the whole row only when some position has all of its top logits above."""
+
+    def __init__(self, logits: Tensor) -> None:
+        self.logits = logits  # (N,V)
+        self.top = logits.topk(min(ABOVE_TOP, logits.shape[-1]), dim=-1).values  # (N,K) descending
+
+    def __call__(self, threshold: float) -> float:
+        counts = (self.top >= threshold).sum(dim=-1)  # (N,)
+        if self.top.shape[-1] < self.logits.shape[-1] and bool((counts == self.top.shape[-1]).any()):
+            counts = (self.logits >= threshold).sum(dim=-1)
+        return float(counts.double().mean())
 
 
 def choose_scale(prob_sum: Tensor, ovr_nll: Tensor, max_prob_sum: float) -> int:

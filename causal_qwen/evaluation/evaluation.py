@@ -617,11 +617,11 @@ def token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chun
         # The standard decision: argmax of P_k, taken as argmax of (loc − C)/scale (P saturates at 1 in float32).
         standard_choice = ((loc_S - thresholds) / scale_S.float().clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)
         totals.correct_ovr += int((standard_choice == targets[:, 0]).sum())
-        totals.target_prob_sum += float(probs.gather(1, targets).double().sum())
-        totals.prob_sum_sum += float(probs.double().sum(dim=-1).sum())
-        log_probs = torch.log(probs.double())  # (n,V)
-        totals.ovr_nll_sum += float((torch.logsumexp(log_probs, -1) - log_probs.gather(1, targets)[:, 0]).sum())
-        del log_probs
+        target_probs = probs.gather(1, targets)[:, 0].double()  # (n,) P_t
+        row_sums = probs.sum(dim=-1).double()  # (n,) Σ_k P_k, summed pairwise in float32 (a float64 sum is far slower)
+        totals.target_prob_sum += float(target_probs.sum())
+        totals.prob_sum_sum += float(row_sums.sum())
+        totals.ovr_nll_sum += float((row_sums.log() - target_probs.log()).sum())  # −log(P_t / Σ_k P_k)
         greedy = loc_S.argmax(dim=-1)  # (n,) the base's (softmax) choice
         totals.standard_agree += int((standard_choice == greedy).sum())
         # Causal decision with the individual at its median (u = loc_U): only the exogenous noise is left.
