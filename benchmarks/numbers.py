@@ -119,6 +119,8 @@ REAL_WEIGHTS: dict[str, Any] = dict(
     qwen_digits=dict(learning_rate=2e-5, lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.0,
                      max_grad_norm=1.0, optim="adamw_torch_fused"),
 )
+# bits on the held-out sentences (`TextBits.metrics`): all characters, the numbers', the others', per number
+BITS_FIGURES = ("bits_per_byte", "number_bits_per_byte", "other_bits_per_byte", "bits_per_number")
 REAL_WEIGHTS_QUICK: dict[str, Any] = dict(steps=1, held_out_stride=73, samples=2)  # a smoke run: 5 days
 
 # Issue 11's acceptance for causal_qwen on each table.
@@ -436,7 +438,7 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     bits = text_bits(model, tokenizer, texts).metrics()
     figures = {**baselines.forecast_figures(forecast, true), "steps": result.global_step,
                "convert_seconds": convert_seconds,
-               "bits_per_byte": bits["bits_per_byte"], "number_bits_per_byte": bits["number_bits_per_byte"]}
+               **{name: bits[name] for name in BITS_FIGURES + ("num_token_bits", "number_value_bits")}}
     del model
     return figures
 
@@ -483,7 +485,7 @@ def _real_digits(base, config, settings, train_docs, held_docs, true, texts, pro
                                   "greedy answer; sampled 25/75% and 5/95% quantiles; density Cauchy(greedy, IQR/2)")
     bits = qwen_text_bits(model, tokenizer, texts).metrics()
     figures = {**baselines.forecast_figures(forecast, true),
-               "bits_per_byte": bits["bits_per_byte"], "number_bits_per_byte": bits["number_bits_per_byte"],
+               **{name: bits[name] for name in BITS_FIGURES},
                "unparsable_greedy": sum(g is None for g in greedy),
                "unparsable_samples": sum(sum(d is None for d in draws) for draws in samples)}
     del model

@@ -381,6 +381,10 @@ def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_
     for totals, half in ((coarse, 0.05), (fine, 0.005)):
         mass = float(y.cdf(v + half) - y.cdf(v - half))
         assert totals.number_bits == pytest.approx(-math.log2(p_num * mass), rel=1e-6)
+        assert totals.num_token_bits == pytest.approx(-math.log2(p_num), rel=1e-6)
+        figures = totals.metrics()
+        assert figures["number_value_bits"] == pytest.approx(-math.log2(mass), rel=1e-6)
+        assert figures["bits_per_number"] == pytest.approx(totals.number_bits)
     assert fine.bits - coarse.bits == pytest.approx(fine.number_bits - coarse.number_bits, rel=1e-6)
     with pytest.raises(ValueError, match="token_probability"):
         evaluation.text_bits(model, tokenizer, ["x"], token_probability="logits")

@@ -141,11 +141,13 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     the digit-writer's answers are parsed or counted as unparsable."""
     figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=lambda message: None)
     for model in ("causal_qwen", "qwen_digits"):
-        for key in ("mdae", "coverage_50", "coverage_90", "log_score", "scale_error_spearman", "bits_per_byte",
-                    "train_seconds"):
+        for key in ("mdae", "coverage_50", "coverage_90", "log_score", "scale_error_spearman", "train_seconds",
+                    *bench.BITS_FIGURES):
             assert key in figures[model], (model, key)
         assert figures[model]["count"] == 5
         assert 0 < figures[model]["bits_per_byte"] < 64
+    causal = figures["causal_qwen"]  # its number bits: the <NUM> token's and the value's
+    assert causal["num_token_bits"] > 0 and causal["number_value_bits"] > 0
     assert math.isfinite(figures["causal_qwen"]["mdae"])
     assert 0 <= figures["qwen_digits"]["unparsable_samples"] <= 10
     assert set(figures["acceptance"]) == set(bench.REAL_ACCEPTANCE)

@@ -768,10 +768,12 @@ def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tens
 class TextBits:
     """Totals of `text_bits` / `qwen_text_bits`: bits over every token of the texts, and the part spent on
     tokens inside numbers (CausalQwen: the ``<NUM>`` tokens with their value; Qwen: the tokens that overlap a
-    number's characters)."""
+    number's characters). CausalQwen's number bits split into the ``<NUM>`` token's ``−log₂ P(<NUM>)``
+    (``num_token_bits``) and the value's ``−log₂`` interval mass (the rest); Qwen has no such split (0)."""
 
     bits: float = 0.0
     number_bits: float = 0.0
+    num_token_bits: float = 0.0
     bytes: int = 0
     number_bytes: int = 0
     tokens: int = 0
@@ -783,9 +785,14 @@ class TextBits:
         return {
             "bits_per_byte": self.bits / self.bytes if self.bytes else nan,
             "number_bits_per_byte": self.number_bits / self.number_bytes if self.number_bytes else nan,
+            "other_bits_per_byte": (self.bits - self.number_bits) / (self.bytes - self.number_bytes)
+            if self.bytes > self.number_bytes else nan,
             "text_bits": self.bits,
             "text_bytes": self.bytes,
             "number_bits": self.number_bits,
+            "num_token_bits": self.num_token_bits,
+            "number_value_bits": self.number_bits - self.num_token_bits,
+            "bits_per_number": self.number_bits / self.numbers if self.numbers else nan,
             "number_bytes": self.number_bytes,
             "bits_tokens": self.tokens,
             "bits_numbers": self.numbers,
@@ -843,6 +850,7 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
                 nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
                 totals.bits += nats / math.log(2)
                 totals.number_bits += -float(number_log_p.sum()) / math.log(2)
+                totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)
                 totals.tokens += int(token_ids.numel())
                 totals.numbers += int(is_number.sum())
                 totals.texts += len(batch)
