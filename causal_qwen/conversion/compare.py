@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from transformers import Qwen2ForCausalLM
@@ -106,11 +107,13 @@ class _RunningFigures:
     num_softmax: float = 0.0
     loc_U_equals_features: bool = True
     scale_U: list = field(default_factory=list)  # (S,C) per prompt, in the model's dtype
-    loc_U: list = field(default_factory=list)  # (S-1,C) per prompt: positions with a next token
-    targets: list = field(default_factory=list)  # (S-1,) per prompt
+    tokens: Any = None  # the decision figures' `TokenTotals` over the positions with a next token
+    constants: tuple = ()  # their `decision_constants`
 
     def add(self, qwen_out, causal_out, causal: CausalQwenForCausalLM, input_ids: torch.Tensor, num_id: int) -> None:
         """Fold in one unpadded prompt: ``input_ids`` (1,S)."""
+        from ..evaluation.evaluation import add_token_scores
+
         ids = input_ids[0]  # (S,)
         is_number = ids == num_id  # (S,)
         clean = torch.cumsum(is_number.long(), dim=0) == 0  # (S,): no <NUM> at or before this position
@@ -145,8 +148,8 @@ class _RunningFigures:
             self.num_softmax = max(self.num_softmax, float(log_p_causal[:, num_id].exp().max()))
         self.loc_U_equals_features &= bool(torch.equal(causal_out.loc_U, causal_out.features))
         self.scale_U.append(causal_out.scale_U[0])
-        self.loc_U.append(causal_out.loc_U[0, :-1])
-        self.targets.append(ids[1:])
+        loc_S, scale_S = causal_out.loc_S[0, :-1], causal_out.scale_S[0, :-1]  # (S-1,V): positions with a next token
+        add_token_scores(self.tokens, causal, loc_S, scale_S, ids[1:], self.constants)
 
 
 @torch.no_grad()
@@ -166,8 +169,10 @@ def compare_models(
     from .calibration import held_out_texts
 
     prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:HELD_OUT_TOPICS])
+    from ..evaluation.evaluation import TokenTotals, decision_constants
+
     num_id = causal.config.num_token_id
-    running = _RunningFigures()
+    running = _RunningFigures(tokens=TokenTotals(), constants=decision_constants(causal))
     for prompt in prompts:
         encoded = tokenizer([prompt], return_tensors="pt")
         input_ids, numeric_values = encoded["input_ids"], encoded["numeric_values"]  # (1,S) each
@@ -185,9 +190,7 @@ def compare_models(
     head_is_clone = head.data_ptr() != qwen_head.data_ptr()
 
     expected_scale = causal.config.initial_scale
-    decisions = _decision_figures(
-        causal, torch.cat(running.loc_U), torch.cat([scale[:-1] for scale in running.scale_U]), torch.cat(running.targets)
-    )
+    decisions = _decision_figures(running.tokens)
     report = ComparisonReport(
         base=base_name,
         qwen_parameters=count_parameters(qwen),
@@ -239,15 +242,11 @@ def compare_models(
     return report
 
 
-def _decision_figures(
-    causal: CausalQwenForCausalLM, loc_U: torch.Tensor, scale_U: torch.Tensor, targets: torch.Tensor
-) -> dict[str, float]:
+def _decision_figures(tokens) -> dict[str, float]:
     """The model's own decisions against the base's greedy token at every position with a next token, and the
     perplexities of the next tokens under the OvR probabilities normalised over the vocabulary and under the
-    softmax. loc_U, scale_U (N,C); targets (N,): the next token of each position."""
-    from ..evaluation.evaluation import token_totals
-
-    figures = token_totals(causal, loc_U, scale_U, targets, chunk_positions=None).metrics()
+    softmax, from their `TokenTotals`."""
+    figures = tokens.metrics()
     return {
         "standard_agreement": figures["standard_agreement"],
         "causal_agreement": figures["causal_agreement"],

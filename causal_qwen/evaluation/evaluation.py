@@ -599,35 +599,55 @@ def token_totals(model, loc_U: Tensor, scale_U: Tensor, target_ids: Tensor, chun
     """
     vocab = model.config.vocab_size
     chunk = chunk_positions or max(1, SCORE_ELEMENTS_PER_CHUNK // vocab)
-    totals = TokenTotals(count=int(target_ids.numel()))
+    totals = TokenTotals()
+    constants = decision_constants(model)
+    for start in range(0, target_ids.numel(), chunk):
+        part = slice(start, start + chunk)
+        loc_S, scale_S = model.action.classify(loc_U[part], scale_U[part])  # (n,V) each
+        add_token_scores(totals, model, loc_S, scale_S, target_ids[part], constants)
+    return totals
+
+
+def decision_constants(model) -> tuple[Tensor, Tensor]:
+    """The thresholds () or (V,) and the median individual's decision scale ``|W_cls| |b_noise| + γ_S`` (V,),
+    float32: what `add_token_scores` reads besides the scores."""
     thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
     head = model.action.classification_head
     noise_scale = F.linear(model.action.b_noise.detach().abs().float(), head.weight.detach().abs().float())  # (V,)
-    noise_scale = noise_scale + model.action.token_noise_scale().detach().float()  # (V,) |W_cls| |b_noise| + γ_S
-    for start in range(0, target_ids.numel(), chunk):
-        part = slice(start, start + chunk)
-        targets = target_ids[part].unsqueeze(1)  # (n,1)
-        loc_S, scale_S = model.action.classify(loc_U[part], scale_U[part])  # (n,V) each
-        loc_S = loc_S.float()
-        log_softmax = torch.log_softmax(loc_S, dim=-1)  # (n,V)
-        totals.nll_sum -= float(log_softmax.gather(1, targets).double().sum())
-        totals.correct_softmax += int((loc_S.argmax(dim=-1, keepdim=True) == targets).sum())
-        del log_softmax
-        probs = model.ovr_probabilities(loc_S, scale_S.float())  # (n,V)
-        # The standard decision: argmax of P_k, taken as argmax of (loc − C)/scale (P saturates at 1 in float32).
-        standard_choice = ((loc_S - thresholds) / scale_S.float().clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)
-        totals.correct_ovr += int((standard_choice == targets[:, 0]).sum())
-        target_probs = probs.gather(1, targets)[:, 0].double()  # (n,) P_t
-        row_sums = probs.sum(dim=-1).double()  # (n,) Σ_k P_k, summed pairwise in float32 (a float64 sum is far slower)
-        totals.target_prob_sum += float(target_probs.sum())
-        totals.prob_sum_sum += float(row_sums.sum())
-        totals.ovr_nll_sum += float((row_sums.log() - target_probs.log()).sum())  # −log(P_t / Σ_k P_k)
-        greedy = loc_S.argmax(dim=-1)  # (n,) the base's (softmax) choice
-        totals.standard_agree += int((standard_choice == greedy).sum())
-        # Causal decision with the individual at its median (u = loc_U): only the exogenous noise is left.
-        causal_choice = _median_individual_choice(loc_S - thresholds, noise_scale)  # (n,)
-        totals.causal_agree += int((causal_choice == greedy).sum())
-    return totals
+    return thresholds, noise_scale + model.action.token_noise_scale().detach().float()  # (V,) |W_cls| |b_noise| + γ_S
+
+
+def add_token_scores(
+    totals: TokenTotals, model, loc_S: Tensor, scale_S: Tensor, target_ids: Tensor, constants: tuple[Tensor, Tensor]
+) -> None:
+    """Fold n positions into ``totals``: softmax NLL and accuracy over ``loc_S``, the OvR probabilities' sum,
+    target probability and normalised NLL ``−log(P_t / Σ_k P_k)``, the standard decision's accuracy, and the
+    standard and median-individual causal decisions' agreement with the greedy ``argmax loc_S``.
+
+    loc_S, scale_S: (n,V); target_ids: (n,); constants: `decision_constants`."""
+    thresholds, noise_scale = constants
+    targets = target_ids.unsqueeze(1)  # (n,1)
+    loc_S = loc_S.float()
+    scale_S = scale_S.float()
+    totals.count += int(target_ids.numel())
+    log_softmax = torch.log_softmax(loc_S, dim=-1)  # (n,V)
+    totals.nll_sum -= float(log_softmax.gather(1, targets).double().sum())
+    greedy = loc_S.argmax(dim=-1)  # (n,) the base's (softmax) choice
+    totals.correct_softmax += int((greedy == target_ids).sum())
+    del log_softmax
+    probs = model.ovr_probabilities(loc_S, scale_S)  # (n,V)
+    # The standard decision: argmax of P_k, taken as argmax of (loc − C)/scale (P saturates at 1 in float32).
+    standard_choice = ((loc_S - thresholds) / scale_S.clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)
+    totals.correct_ovr += int((standard_choice == target_ids).sum())
+    target_probs = probs.gather(1, targets)[:, 0].double()  # (n,) P_t
+    row_sums = probs.sum(dim=-1).double()  # (n,) Σ_k P_k, summed pairwise in float32 (a float64 sum is far slower)
+    totals.target_prob_sum += float(target_probs.sum())
+    totals.prob_sum_sum += float(row_sums.sum())
+    totals.ovr_nll_sum += float((row_sums.log() - target_probs.log()).sum())  # −log(P_t / Σ_k P_k)
+    totals.standard_agree += int((standard_choice == greedy).sum())
+    # Causal decision with the individual at its median (u = loc_U): only the exogenous noise is left.
+    causal_choice = _median_individual_choice(loc_S - thresholds, noise_scale)  # (n,)
+    totals.causal_agree += int((causal_choice == greedy).sum())
 
 
 def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
