@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 from transformers import Qwen2ForCausalLM
 
 from ..core.modeling import CausalQwenForCausalLM
+from ..evaluation.evaluation import TokenTotals, add_token_scores, decision_constants
 
 DEFAULT_PROMPTS = (
     "The item costs 99.99 dollars.",
@@ -107,13 +107,11 @@ class _RunningFigures:
     num_softmax: float = 0.0
     loc_U_equals_features: bool = True
     scale_U: list = field(default_factory=list)  # (S,C) per prompt, in the model's dtype
-    tokens: Any = None  # the decision figures' `TokenTotals` over the positions with a next token
+    tokens: TokenTotals = field(default_factory=TokenTotals)  # decision figures over positions with a next token
     constants: tuple = ()  # their `decision_constants`
 
     def add(self, qwen_out, causal_out, causal: CausalQwenForCausalLM, input_ids: torch.Tensor, num_id: int) -> None:
         """Fold in one unpadded prompt: ``input_ids`` (1,S)."""
-        from ..evaluation.evaluation import add_token_scores
-
         ids = input_ids[0]  # (S,)
         is_number = ids == num_id  # (S,)
         clean = torch.cumsum(is_number.long(), dim=0) == 0  # (S,): no <NUM> at or before this position
@@ -169,10 +167,8 @@ def compare_models(
     from .calibration import held_out_texts
 
     prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:HELD_OUT_TOPICS])
-    from ..evaluation.evaluation import TokenTotals, decision_constants
-
     num_id = causal.config.num_token_id
-    running = _RunningFigures(tokens=TokenTotals(), constants=decision_constants(causal))
+    running = _RunningFigures(constants=decision_constants(causal))
     for prompt in prompts:
         encoded = tokenizer([prompt], return_tensors="pt")
         input_ids, numeric_values = encoded["input_ids"], encoded["numeric_values"]  # (1,S) each
@@ -242,7 +238,7 @@ def compare_models(
     return report
 
 
-def _decision_figures(tokens) -> dict[str, float]:
+def _decision_figures(tokens: TokenTotals) -> dict[str, float]:
     """The model's own decisions against the base's greedy token at every position with a next token, and the
     perplexities of the next tokens under the OvR probabilities normalised over the vocabulary and under the
     softmax, from their `TokenTotals`."""
