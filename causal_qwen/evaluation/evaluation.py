@@ -66,9 +66,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from ..core import cauchy, losses
+from ..core.generation import constant_scale
 
 logger = logging.getLogger(__name__)
 
@@ -612,9 +612,8 @@ def decision_constants(model) -> tuple[Tensor, Tensor]:
     """The thresholds () or (V,) and the median individual's decision scale ``|W_cls| |b_noise| + γ_S`` (V,),
     float32: what `add_token_scores` reads besides the scores."""
     thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
-    head = model.action.classification_head
-    noise_scale = F.linear(model.action.b_noise.detach().abs().float(), head.weight.detach().abs().float())  # (V,)
-    return thresholds, noise_scale + model.action.token_noise_scale().detach().float()  # (V,) |W_cls| |b_noise| + γ_S
+    noise_scale, _, _ = constant_scale(model.action)  # (V,) causal mode's position-free scale, cached
+    return thresholds, noise_scale
 
 
 def add_token_scores(
