@@ -107,11 +107,13 @@ def write_config(path: Path, values: dict) -> Path:
     return path
 
 
-def train_in_child(values: dict, resume: bool, fault: str | None, messages: str) -> None:
-    """A training run in a forked child (forkserver: torch is imported once); ``fault`` sets CAUSAL_QWEN_FAULT."""
+def train_in_child(values: dict, resume: bool, fault: str | None, messages: str, step_pause: float = 0.0) -> None:
+    """A training run in a forked child (forkserver: torch is imported once); ``fault`` sets CAUSAL_QWEN_FAULT;
+    ``step_pause``: seconds of sleep after each step (a run that lasts without taking a core from the test)."""
     import gc
 
     import torch
+    from transformers import TrainerCallback
 
     from causal_qwen.training.run_folder import FAULT_ENV
     from causal_qwen.training.train_config import TrainConfig
@@ -128,7 +130,12 @@ def train_in_child(values: dict, resume: bool, fault: str | None, messages: str)
         with open(messages, "a", encoding="utf-8") as handle:
             handle.write(message + "\n")
 
-    run_training(TrainConfig(**values).validate("fault test"), resume=resume, report=report)
+    class Pause(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(step_pause)
+
+    callbacks = [Pause()] if step_pause else []
+    run_training(TrainConfig(**values).validate("fault test"), resume=resume, report=report, callbacks=callbacks)
 
 
 @pytest.fixture(scope="module")
@@ -262,14 +269,17 @@ def test_sigkill_anywhere_resumes_to_the_uninterrupted_weights(assets, tmp_path,
     assert interrupted >= KILLED_RUNS, interrupted
 
 
-def test_cli_killed_during_a_checkpoint_write_resumes_and_says_which(assets, tmp_path):
-    """``causal-qwen train`` SIGKILLed inside the write of checkpoint-4 (after the model file, before the
-    optimizer's): ``--resume`` names checkpoint-2, never the half-written one, and ends like a straight run."""
+def test_cli_killed_during_a_checkpoint_write_resumes_and_says_which(assets, tmp_path, children):
+    """A run SIGKILLed inside the write of checkpoint-4 (after the model file, before the optimizer's):
+    ``causal-qwen train --resume`` names checkpoint-2, never the half-written one, and ends like a straight run.
+    (The killed run is a forked child, as in the test above; the command is the resume.)"""
     out = tmp_path / "run"
-    config = write_config(tmp_path / "c.yaml", settings(assets, out))
-    killed = run_cli("train", str(config), env={"CAUSAL_QWEN_FAULT": "checkpoint.model_written:2"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert "data: 43 training and 5 validation documents" in killed.stdout
+    values = settings(assets, out)
+    config = write_config(tmp_path / "c.yaml", values)
+    messages = tmp_path / "killed.txt"
+    code = run_child(children, values, False, messages, fault="checkpoint.model_written:2", kill_after=120)
+    assert code == -signal.SIGKILL, code
+    assert "data: 43 training and 5 validation documents" in messages.read_text()
     assert checkpoint_steps(out) == [2] and (out / ".staging" / "checkpoint-4" / "model.safetensors").is_file()
     resumed = run_cli("train", str(config), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -380,7 +390,7 @@ def test_partial_checkpoint_is_skipped_and_named(assets, finished_run, tmp_path)
 def hold_output_dir(children, assets: Path, out: Path):
     """A training run into ``out`` that lasts (many steps); returns the process once it holds the lock."""
     values = settings(assets, out, max_steps=100000, save_steps=0, eval_steps=0, validation_split=0.0)
-    process = children.Process(target=train_in_child, args=(values, False, None, str(out.parent / "holder.txt")))
+    process = children.Process(target=train_in_child, args=(values, False, None, str(out.parent / "holder.txt"), 0.2))
     process.start()
     deadline = time.time() + 60
     while time.time() < deadline:

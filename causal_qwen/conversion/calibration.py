@@ -50,6 +50,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..evaluation.row_blocks import row_blocks
+
 logger = logging.getLogger(__name__)
 
 CALIBRATIONS = ("base_agreement", "none")
@@ -232,15 +234,19 @@ def ovr_figures(
     for g, (level, sigma, margin) in enumerate(grid):
         by_threshold.setdefault(level - margin * sigma, []).append((sigma, g))
     count_above = _AboveCounter(logits)
+    blocks = list(row_blocks(*logits.shape))  # a few rows at a time: temporaries stay on the heap and in cache
     for threshold, members in by_threshold.items():
-        below = threshold - logits  # (N,V) t − l_k
         mean_above = count_above(threshold)
         for sigma, g in sorted(members):
-            # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal.
-            # Summed in float32 (pairwise, relative error ~1e-7): a float64 sum of (N,V) is 25x slower than atan2.
-            angle = torch.atan2(sigma * scales, below)  # (N,V)
-            total = angle.sum(dim=-1).double() / math.pi  # (N,) Σ_k P_k
-            target_p = angle.gather(1, target)[:, 0].double() / math.pi  # (N,) P_t
+            column_scales = sigma * scales  # (V,) scale_k
+            total = torch.empty(len(logits), dtype=torch.float64)  # (N,) Σ_k P_k
+            target_p = torch.empty(len(logits), dtype=torch.float64)  # (N,) P_t
+            for rows in blocks:
+                # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest
+                # normal. Summed in float32 (pairwise, relative error ~1e-7): a float64 sum is 25x slower than atan2.
+                angle = torch.atan2(column_scales, threshold - logits[rows])  # (n,V) π·P_k
+                total[rows] = angle.sum(dim=-1).double() / math.pi
+                target_p[rows] = angle.gather(1, target[rows])[:, 0].double() / math.pi
             prob_sum[g] = total.mean()
             ovr_nll[g] = (total.log() - target_p.log()).mean()
             if prob_sum[g] - mean_above > max_prob_sum:

@@ -19,6 +19,7 @@ from transformers import Qwen2ForCausalLM
 
 from ..core.modeling import CausalQwenForCausalLM
 from ..evaluation.evaluation import TokenTotals, add_token_scores, decision_constants
+from ..evaluation.row_blocks import row_blocks
 
 DEFAULT_PROMPTS = (
     "The item costs 99.99 dollars.",
@@ -111,43 +112,50 @@ class _RunningFigures:
     constants: tuple = ()  # their `decision_constants`
 
     def add(self, qwen_out, causal_out, causal: CausalQwenForCausalLM, input_ids: torch.Tensor, num_id: int) -> None:
-        """Fold in one unpadded prompt: ``input_ids`` (1,S)."""
+        """Fold in one unpadded prompt: ``input_ids`` (1,S); its (S,V) figures a block of positions at a time."""
         ids = input_ids[0]  # (S,)
         is_number = ids == num_id  # (S,)
         clean = torch.cumsum(is_number.long(), dim=0) == 0  # (S,): no <NUM> at or before this position
-        qwen_features = qwen_out.hidden_states[-1][0].float()  # (S,H)
-        qwen_logits = qwen_out.logits[0].float()  # (S,V)
-        features = causal_out.features[0].float()
-        loc_S = causal_out.loc_S[0].float()  # (S,V)
-
-        feature_diff = (features - qwen_features).abs().amax(dim=-1)  # (S,)
-        logits_abs = (loc_S - qwen_logits).abs()[clean]  # (n,V)
-        logits_rel = logits_abs / qwen_logits[clean].abs().clamp_min(1e-6)
-        log_p_qwen = torch.log_softmax(qwen_logits[clean], dim=-1)
-        log_p_causal = torch.log_softmax(loc_S, dim=-1)  # (S,V)
-        kl = (log_p_qwen.exp() * (log_p_qwen - log_p_causal[clean])).sum(dim=-1)  # (n,)
+        feature_diff = (causal_out.features[0].float() - qwen_out.hidden_states[-1][0].float()).abs().amax(dim=-1)  # (S,)
         self.clean += int(clean.sum())
         self.touched += int((~clean).sum())
         self.feature_diff = max(self.feature_diff, _max_or_zero(feature_diff[clean]))
         self.feature_diff_after_numbers = max(self.feature_diff_after_numbers, _max_or_zero(feature_diff[~clean]))
-        self.logits_abs = max(self.logits_abs, _max_or_zero(logits_abs))
-        self.logits_rel = max(self.logits_rel, _max_or_zero(logits_rel))
-        self.kl = max(self.kl, _max_or_zero(kl))
-        self.top1 += int((qwen_logits[clean].argmax(-1) == loc_S[clean].argmax(-1)).sum())
-        del logits_abs, logits_rel, log_p_qwen, kl
-
-        ovr = causal.ovr_probabilities(causal_out.loc_S[0], causal_out.scale_S[0]).float()  # (S,V)
-        row_sums = ovr.sum(dim=-1).double()  # (S,) Σ_k P_k, summed pairwise in float32 (a float64 sum is far slower)
-        self.ovr_max = max(self.ovr_max, float(ovr.max()))
-        self.ovr_row_sum += float(row_sums.sum())
-        self.ovr_positions += ovr.shape[0]
-        self.ovr_count += ovr.numel()
-        if not bool(is_number.any()):  # <NUM>'s softmax probability in number-free text
-            self.num_softmax = max(self.num_softmax, float(log_p_causal[:, num_id].exp().max()))
+        with_numbers = bool(is_number.any())
+        for rows in row_blocks(*causal_out.loc_S.shape[1:]):
+            self._add_scores(
+                qwen_out.logits[0, rows], causal_out.loc_S[0, rows], causal_out.scale_S[0, rows], clean[rows], causal,
+                num_id if not with_numbers else None,
+            )
         self.loc_U_equals_features &= bool(torch.equal(causal_out.loc_U, causal_out.features))
         self.scale_U.append(causal_out.scale_U[0])
         loc_S, scale_S = causal_out.loc_S[0, :-1], causal_out.scale_S[0, :-1]  # (S-1,V): positions with a next token
         add_token_scores(self.tokens, causal, loc_S, scale_S, ids[1:], self.constants)
+
+    def _add_scores(
+        self, qwen_logits: torch.Tensor, loc_S: torch.Tensor, scale_S: torch.Tensor, clean: torch.Tensor,
+        causal: CausalQwenForCausalLM, num_id: int | None,
+    ) -> None:
+        """One block of n positions: qwen_logits, loc_S, scale_S (n,V); clean (n,). ``num_id``: also take
+        ``<NUM>``'s softmax probability (the prompt has no number)."""
+        ovr = causal.ovr_probabilities(loc_S, scale_S).float()  # (n,V)
+        qwen_logits, loc_S = qwen_logits.float(), loc_S.float()
+        logits_abs = (loc_S - qwen_logits).abs()[clean]  # (c,V)
+        logits_rel = logits_abs / qwen_logits[clean].abs().clamp_min(1e-6)
+        log_p_qwen = torch.log_softmax(qwen_logits[clean], dim=-1)
+        log_p_causal = torch.log_softmax(loc_S, dim=-1)  # (n,V)
+        kl = (log_p_qwen.exp() * (log_p_qwen - log_p_causal[clean])).sum(dim=-1)  # (c,)
+        self.logits_abs = max(self.logits_abs, _max_or_zero(logits_abs))
+        self.logits_rel = max(self.logits_rel, _max_or_zero(logits_rel))
+        self.kl = max(self.kl, _max_or_zero(kl))
+        self.top1 += int((qwen_logits[clean].argmax(-1) == loc_S[clean].argmax(-1)).sum())
+        row_sums = ovr.sum(dim=-1).double()  # (n,) Σ_k P_k, summed pairwise in float32 (a float64 sum is far slower)
+        self.ovr_max = max(self.ovr_max, float(ovr.max()))
+        self.ovr_row_sum += float(row_sums.sum())
+        self.ovr_positions += ovr.shape[0]
+        self.ovr_count += ovr.numel()
+        if num_id is not None:  # <NUM>'s softmax probability in number-free text
+            self.num_softmax = max(self.num_softmax, float(log_p_causal[:, num_id].exp().max()))
 
 
 @torch.no_grad()

@@ -69,6 +69,7 @@ from torch import Tensor
 
 from ..core import cauchy, losses
 from ..core.generation import constant_scale
+from .row_blocks import row_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -623,7 +624,16 @@ def add_token_scores(
     target probability and normalised NLL ``−log(P_t / Σ_k P_k)``, the standard decision's accuracy, and the
     standard and median-individual causal decisions' agreement with the greedy ``argmax loc_S``.
 
-    loc_S, scale_S: (n,V); target_ids: (n,); constants: `decision_constants`."""
+    loc_S, scale_S: (n,V); target_ids: (n,); constants: `decision_constants`. Taken a block of positions at a
+    time (`row_blocks`)."""
+    for rows in row_blocks(*loc_S.shape):
+        _add_block_scores(totals, model, loc_S[rows], scale_S[rows], target_ids[rows], constants)
+
+
+def _add_block_scores(
+    totals: TokenTotals, model, loc_S: Tensor, scale_S: Tensor, target_ids: Tensor, constants: tuple[Tensor, Tensor]
+) -> None:
+    """`add_token_scores` for one block: loc_S, scale_S (n,V); target_ids (n,)."""
     thresholds, noise_scale = constants
     targets = target_ids.unsqueeze(1)  # (n,1)
     loc_S = loc_S.float()
