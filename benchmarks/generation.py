@@ -17,6 +17,9 @@ and the ratios (CausalQwen / Qwen, the smaller over the two batch sizes):
     ratio_<mode>, ratio_generate_<mode>                 from tokens_per_s (the headline figure)
     decode_ratio_<mode>, decode_ratio_generate_<mode>   from decode_tokens_per_s
 
+Qwen's ``generate`` also runs a second time as the method ``qwen_control``: ``ratio_qwen_control`` (Qwen against
+itself, ideally 1) shows how far this run's ratios move by noise alone.
+
 The per-token time at 64 vs 256 new tokens (batch 1) shows whether a step grows with the position: the
 median and the minimum step time over steps 2–64 and over steps 193–256 of one 256-token run, per method.
 
@@ -53,7 +56,8 @@ PROMPT_TOKENS = 64
 NEW_TOKENS = 64
 LONG_NEW_TOKENS = 256
 BATCH_SIZES = (1, 4)
-METHODS = ("qwen",) + MODES + tuple(f"generate_{mode}" for mode in MODES)
+# "qwen_control" is Qwen's generate again, timed like every other method: its ratio to "qwen" is the run's noise.
+METHODS = ("qwen", "qwen_control") + MODES + tuple(f"generate_{mode}" for mode in MODES)
 
 
 class _StepClock(StoppingCriteria):
@@ -82,8 +86,8 @@ def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: in
     mask = torch.ones_like(input_ids)
     start = time.perf_counter()
     stamps = [start]
-    if method == "qwen" or method.startswith("generate_"):  # Hugging Face's loop, Qwen's or CausalQwen's
-        if method == "qwen":
+    if method.startswith(("qwen", "generate_")):  # Hugging Face's loop, Qwen's or CausalQwen's
+        if method in ("qwen", "qwen_control"):
             generator, options = qwen, dict(do_sample=False, num_beams=1)
         else:
             mode = method.removeprefix("generate_")
