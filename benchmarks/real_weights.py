@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     result["calibration_seconds"] = calibration_seconds
     log("[real_weights] default:", json.dumps(result))
     result["causal_scale_sweep"] = causal_scale_sweep(qwen, model, tokenizer, windows=windows,
-                                                      scales=(1e-2,) if args.quick else (1e-3, 1e-2, 3e-2))
+                                                      scales=(1e-2,) if args.quick else (1e-3, 1e-2, 3e-2, 1e-1, 3e-1))
     seed_model = CausalQwenForCausalLM.from_qwen(qwen, ovr_calibration="none", num_token_id=tokenizer.num_token_id)
     result["seed_setting"] = setting_figures(qwen, seed_model, tokenizer, windows, args.quick)
     log("[real_weights] seed setting:", json.dumps(result["seed_setting"]))

@@ -95,7 +95,7 @@ class SharedPresetCalibrations(dict):
     def __contains__(self, key) -> bool:
         if super().__contains__(key):
             return True
-        if not (isinstance(key[0], tuple) and key[0][0] == "preset"):
+        if not (isinstance(key[0], tuple) and key[0][0] in ("preset", "weights")):
             return False
         path = self._path(key)
         lock = filelock.FileLock(str(path) + ".lock")

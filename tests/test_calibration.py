@@ -12,7 +12,7 @@ from causal_qwen.conversion import calibration
 from causal_qwen.core import cauchy
 from causal_qwen.core.modeling import CausalQwenForCausalLM
 
-from .conftest import SMALL_NUM_ID, small_qwen
+from .conftest import SMALL_NUM_ID, byte_level_tokenizer, small_qwen
 
 
 def test_row_dependent_scales_can_overturn_the_greedy_token_and_the_shared_token_noise_cannot():
@@ -67,8 +67,9 @@ def test_ovr_figures_equal_the_definition():
 
 
 @pytest.mark.parametrize("kind", ["per_token", "scalar"])
-def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind):
+def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind, monkeypatch):
     def convert():
+        monkeypatch.setattr(calibration, "_MEMO", {})  # each conversion calibrates anew
         return CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_threshold_kind=kind,
                                                calibration_positions=256)
 
@@ -135,3 +136,62 @@ def test_count_above_reads_the_top_logits_and_the_whole_row_when_they_all_exceed
         expected = float((logits >= threshold).sum(dim=-1).double().mean())
         assert count_above(threshold) == expected, threshold
     assert int((logits[2] >= 1.0).sum()) > 4
+
+
+def test_a_base_object_is_calibrated_once_per_weights_and_tokenizer(monkeypatch):
+    """Converting the same small base object again reuses its calibration; other weights, another tokenizer or
+    another seed calibrate anew."""
+    from causal_qwen.conversion import conversion
+
+    fits = []
+    fit = calibration._fit
+    monkeypatch.setattr(calibration, "_MEMO", {})
+    monkeypatch.setattr(calibration, "_fit", lambda *args: fits.append(1) or fit(*args))
+
+    def convert(base, **overrides):
+        return CausalQwenForCausalLM.from_qwen(base, num_token_id=SMALL_NUM_ID, calibration_positions=256, **overrides)
+
+    first = convert(small_qwen())
+    again = convert(small_qwen())
+    assert len(fits) == 1
+    assert torch.equal(first.ovr_thresholds.values, again.ovr_thresholds.values)
+    assert torch.equal(first.action.token_noise, again.action.token_noise)
+    convert(small_qwen(seed=1))
+    assert len(fits) == 2
+    convert(small_qwen(), seed=3)
+    assert len(fits) == 3
+    tokenizer = byte_level_tokenizer()
+    assert calibration.tokenizer_fingerprint(tokenizer) != calibration.tokenizer_fingerprint(None)
+    base = small_qwen()
+    assert conversion.weights_fingerprint(base, 10**9) == conversion.weights_fingerprint(small_qwen(), 10**9)
+    with torch.no_grad():
+        base.lm_head.weight[0, 0] += 1e-3
+    assert conversion.weights_fingerprint(base, 10**9) != conversion.weights_fingerprint(small_qwen(), 10**9)
+    assert conversion.weights_fingerprint(base, 10) is None  # too large to hash: not memoised
+
+
+@pytest.mark.parametrize("margin", [0.0, -2.0, 2.0])
+def test_angle_sums_by_tail_series_equal_the_definition(margin, monkeypatch):
+    """``Σ_k atan2(σ r_k, t − l_k)`` with each position's top logits exact and the rest by the power series
+    equals the sum of every angle to 1e-6, for small σ (every position by the series), for large σ (every
+    position exactly) and for a σ where only some positions are near enough to their tail."""
+    from causal_qwen.conversion import angle_sums
+
+    monkeypatch.setattr(angle_sums, "EXACT_TOP", 8)
+    generator = torch.Generator().manual_seed(6)
+    logits = torch.randn(12, 3000, generator=generator) * 2.0  # (N,V)
+    logits[:6, :3] += 6.0  # half the positions have three logits far above the rest
+    scales = 1.0 + 1e-3 * torch.rand(3000, generator=generator)  # (V,) near 1, as the calibration's
+    level = float(logits.max(dim=-1).values.median())
+    sums = angle_sums.AngleSums(logits, scales)
+    tail_gap = level - sums.tail_max  # (N,) each position's narrowest gap below the level
+    mixed = float(tail_gap.median()) / (angle_sums.TAIL_GAP * (float(scales.max()) + abs(margin)))
+    used_series = []
+    for sigma in (1e-6, 1e-3, mixed, 1.0):
+        used_series.append(int((tail_gap >= angle_sums.TAIL_GAP * sigma * (float(scales.max()) + abs(margin))).sum()))
+        threshold = level - margin * sigma
+        # every angle by definition in float32, as the whole-row passes compute them (t − l_k rounds alike)
+        expected = torch.atan2(sigma * scales, threshold - logits).double().sum(dim=-1)  # (N,)
+        got = sums(level, sigma, margin)
+        assert torch.allclose(got, expected, rtol=1e-6, atol=0), (sigma, (got / expected - 1).abs().max())
+    assert used_series[0] == 12 and used_series[-1] == 0 and 0 < used_series[2] < 12, used_series

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..evaluation.row_blocks import row_blocks
+from .angle_sums import EXACT_TOP, AngleSums
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,8 @@ def ovr_figures(
     At a fixed ``t`` the part of the sum over the tokens below it (``l_k < t``) grows with ``σ``, and the tokens
     above it add at most one each. So the settings of one ``t`` are taken in increasing ``σ``, and once one has a mean
     sum above ``max_prob_sum`` plus the mean count of logits above ``t``, every larger ``σ`` has a sum above
-    ``max_prob_sum`` too and is not computed: both of its figures are ``inf``.
+    ``max_prob_sum`` too and is not computed: both of its figures are ``inf``. The sums over the vocabulary come
+    from `AngleSums` (each position's top logits exactly, the rest by a power series; angle_sums.py).
     logits (N,V), targets (N,), scales (V,)  →  (G,) tensors and a scalar."""
     logits = logits.float()
     target = targets[:, None]  # (N,1)
@@ -233,20 +234,18 @@ def ovr_figures(
     by_threshold: dict[float, list[tuple[float, int]]] = {}  # t → [(σ, grid index)]
     for g, (level, sigma, margin) in enumerate(grid):
         by_threshold.setdefault(level - margin * sigma, []).append((sigma, g))
-    count_above = _AboveCounter(logits)
-    blocks = list(row_blocks(*logits.shape))  # a few rows at a time: temporaries stay on the heap and in cache
+    top = logits.topk(min(max(EXACT_TOP + 1, ABOVE_TOP), logits.shape[-1]), dim=-1)  # (N,K') descending
+    count_above = _AboveCounter(logits, top.values)
+    angle_sums = AngleSums(logits, scales, (top.values, top.indices))
+    target_logits = logits.gather(1, target)[:, 0]  # (N,)
+    target_scales = scales[targets]  # (N,)
     for threshold, members in by_threshold.items():
         mean_above = count_above(threshold)
         for sigma, g in sorted(members):
-            column_scales = sigma * scales  # (V,) scale_k
-            total = torch.empty(len(logits), dtype=torch.float64)  # (N,) Σ_k P_k
-            target_p = torch.empty(len(logits), dtype=torch.float64)  # (N,) P_t
-            for rows in blocks:
-                # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest
-                # normal. Summed in float32 (pairwise, relative error ~1e-7): a float64 sum is 25x slower than atan2.
-                angle = torch.atan2(column_scales, threshold - logits[rows])  # (n,V) π·P_k
-                total[rows] = angle.sum(dim=-1).double() / math.pi
-                target_p[rows] = angle.gather(1, target[rows])[:, 0].double() / math.pi
+            level, _, margin = grid[g]
+            # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal.
+            total = angle_sums(level, sigma, margin) / math.pi  # (N,) Σ_k P_k
+            target_p = torch.atan2(sigma * target_scales, threshold - target_logits).double() / math.pi  # (N,) P_t
             prob_sum[g] = total.mean()
             ovr_nll[g] = (total.log() - target_p.log()).mean()
             if prob_sum[g] - mean_above > max_prob_sum:
@@ -260,9 +259,11 @@ class _AboveCounter:
     `ABOVE_TOP` logits (counting over (N,V) booleans is several times slower than an atan2 over them); over
     the whole row only when some position has all of its top logits above."""
 
-    def __init__(self, logits: Tensor) -> None:
+    def __init__(self, logits: Tensor, top_values: Tensor | None = None) -> None:
         self.logits = logits  # (N,V)
-        self.top = logits.topk(min(ABOVE_TOP, logits.shape[-1]), dim=-1).values  # (N,K) descending
+        if top_values is None:
+            top_values = logits.topk(min(ABOVE_TOP, logits.shape[-1]), dim=-1).values
+        self.top = top_values  # (N,K) descending
 
     def __call__(self, threshold: float) -> float:
         counts = (self.top >= threshold).sum(dim=-1)  # (N,)
@@ -305,13 +306,14 @@ _MEMO: dict[tuple, tuple[Tensor, Tensor, Tensor, CalibrationReport]] = {}
 def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed: int = 0, memo_key: tuple | None = None) -> CalibrationReport:
     """Set the thresholds, ``b_scale``/``W_scale``, ``b_noise`` and the token noise ``γ_S`` of a freshly converted
     ``model`` (see the module docstring); ``loc_S`` is untouched. ``tokenizer``: a `NumericTokenizer` for the base's
-    vocabulary (the offline Qwen2.5 one by default). ``memo_key``: reuse an earlier result for the same base within
-    this process."""
+    vocabulary (the offline Qwen2.5 one by default). ``memo_key``: reuse an earlier result for the same base (and the
+    same tokenizer, settings and seed) within this process."""
     started = time.perf_counter()
     config = model.config
     head = model.action.classification_head
     if memo_key is not None:
-        memo_key = (memo_key, tuple(head.weight.shape), config.ovr_threshold_kind, positions, seed)
+        memo_key = (memo_key, tuple(head.weight.shape), config.ovr_threshold_kind, positions, seed,
+                    tokenizer_fingerprint(tokenizer))
     if memo_key is not None and memo_key in _MEMO:
         thresholds, component_scales, token_noise, report = _MEMO[memo_key]
     else:
@@ -322,6 +324,18 @@ def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed
     report.seconds = time.perf_counter() - started
     logger.info("OvR calibration: %s", report.to_dict())
     return report
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """What identifies the calibration's tokenizer in a memo key: a hash of its whole vocabulary and rules
+    (``"default"`` for none: the offline Qwen2.5 one or text the base samples)."""
+    if tokenizer is None:
+        return "default"
+    import hashlib
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return hashlib.blake2b(f"{text}|{getattr(tokenizer, 'num_token_id', None)}".encode(), digest_size=16).hexdigest()
 
 
 def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, Tensor, CalibrationReport]:

@@ -16,6 +16,7 @@ With ``ovr_calibration="base_agreement"`` (the default) `causal_qwen.conversion.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -172,15 +173,22 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
             tokenizer,
             positions=config.calibration_positions,
             seed=int(getattr(config, "seed", 0) or 0),
-            memo_key=_memo_key(base, gguf_file, dtype),
+            memo_key=_memo_key(base, gguf_file, dtype, qwen),
         )
     return model
 
 
-def _memo_key(base, gguf_file, dtype) -> tuple | None:
-    """Identifies a base across conversions in one process (presets by name, files by path, size and time)."""
+# A base given as a model object is recognised by a hash of its weights up to this many elements (hashing
+# runs at about 200 M elements/s; larger bases come from files or presets, recognised by name).
+HASHED_BASE_ELEMENTS = 20_000_000
+
+
+def _memo_key(base, gguf_file, dtype, qwen: Qwen2ForCausalLM) -> tuple | None:
+    """Identifies a base across conversions in one process: presets by name, files by path, size and time,
+    small model objects by their weights (`weights_fingerprint`); ``None`` for anything else."""
     if not isinstance(base, (str, os.PathLike)):
-        return None
+        fingerprint = weights_fingerprint(qwen, HASHED_BASE_ELEMENTS)
+        return None if fingerprint is None else ("weights", fingerprint)
     name = os.fspath(base)
     if presets.is_preset(name):
         return ("preset", name, str(dtype))
@@ -189,6 +197,19 @@ def _memo_key(base, gguf_file, dtype) -> tuple | None:
         stat = path.stat()
         return ("file", str(path.resolve()), stat.st_size, stat.st_mtime_ns, str(dtype))
     return None
+
+
+def weights_fingerprint(module: torch.nn.Module, max_elements: int) -> str | None:
+    """A hash of every parameter and buffer of ``module`` (names, dtypes, shapes and values), or ``None`` when
+    they hold more than ``max_elements`` elements."""
+    tensors = list(module.state_dict().items())
+    if sum(t.numel() for _, t in tensors) > max_elements:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in tensors:
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _share_config(backbone: torch.nn.Module, base_config, config: CausalQwenConfig) -> None:
