@@ -78,9 +78,10 @@ def pytest_collection_finish(session) -> None:
 
 # ---- one calibration per random preset and run ----------------------------------------------------------
 class SharedPresetCalibrations(dict):
-    """`calibration._MEMO` for the test run: the calibrations of the random presets (``random:tiny`` …) are
-    shared by the pytest-xdist workers through files next to their temporary folders, so each is fitted once
-    per run (about 20 s each on the 151,936-row vocabulary) instead of once per worker. One worker fits while
+    """`calibration._MEMO` for the test run: the calibrations of the random presets (``random:tiny`` …) and of
+    small bases passed as model objects (keyed by their weights) are shared by the pytest-xdist workers through
+    files next to their temporary folders, so each is fitted once per run (many seconds on the 151,936-row
+    vocabulary) instead of once per worker. One worker fits while
     the others wait on the file's lock; anything else stays in this process. The calibration itself is tested
     on models built in the tests (tests/test_calibration.py), where nothing is shared."""
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..evaluation.row_blocks import row_blocks
+from ..evaluation.row_blocks import row_blocks, rows_per_block
 
 EXACT_TOP = 256  # per position: the largest logits whose angles are computed exactly
 TAIL_GAP = 100.0  # the series needs every tail gap L − l_k ≥ TAIL_GAP·σ·(max r + |m|) ...
@@ -42,7 +42,7 @@ class AngleSums:
         self.logits = logits  # (N,V)
         self.scales = scales  # (V,)
         self.max_scale = float(scales.max())
-        self.blocks = list(row_blocks(*logits.shape))  # a few rows at a time: temporaries stay on the heap
+        self.block_rows = rows_per_block(logits.shape[-1])  # a few rows at a time: temporaries stay on the heap
         kept = min(EXACT_TOP, logits.shape[-1])
         if top is None:
             top = logits.topk(min(kept + 1, logits.shape[-1]), dim=-1)
@@ -77,7 +77,7 @@ class AngleSums:
     def _exact(self, threshold: float, column_scales: Tensor, rows: Tensor) -> Tensor:
         """(R,) float64: atan2 over every token of the given rows (summed in float32, pairwise)."""
         sums = []
-        for block in rows.split(self.blocks[0].stop - self.blocks[0].start):
+        for block in rows.split(self.block_rows):
             angle = torch.atan2(column_scales, threshold - self.logits[block])  # (n,V)
             sums.append(angle.sum(dim=-1).double())
         return torch.cat(sums)
@@ -86,14 +86,13 @@ class AngleSums:
         """Per position, over its tail: ``M1_j = Σ r u^j`` for j = 1 … (`MARGIN_ORDERS` with a margin, else 1)
         and ``M3_3, M3_4 = Σ r³ u³, Σ r³ u⁴``, ``u = 1/(L − l)``: (N,J) and (N,2) float64. Rows whose tail
         reaches the level hold meaningless values (the caller computes those exactly)."""
-        for key in ((level, True), (level, with_margin)):  # the longer expansion serves any setting of L
-            if key in self._moments:
-                return self._moments[key]
-        key = (level, with_margin)
+        cached = self._moments.get((level, True)) or self._moments.get((level, with_margin))
+        if cached is not None:  # the longer expansion serves any setting of the level
+            return cached
         orders = MARGIN_ORDERS if with_margin else 1
         m1 = torch.empty(len(self.logits), orders, dtype=torch.float64)
         m3 = torch.empty(len(self.logits), 2, dtype=torch.float64)
-        for rows in self.blocks:
+        for rows in row_blocks(*self.logits.shape):
             u = (level - self.logits[rows]).reciprocal_()  # (n,V)
             u.scatter_(1, self.top_ids[rows], 0.0)  # the tail only
             term = u * self.scales  # (n,V) r u
@@ -104,5 +103,5 @@ class AngleSums:
                     term.mul_(u)
             m3[rows, 0] = cube.sum(dim=-1).double()
             m3[rows, 1] = cube.mul_(u).sum(dim=-1).double()
-        self._moments[key] = (m1, m3)
-        return self._moments[key]
+        self._moments[level, with_margin] = (m1, m3)
+        return m1, m3

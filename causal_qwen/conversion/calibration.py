@@ -41,6 +41,7 @@ ones are kept for evaluation (`held_out_texts`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -331,8 +332,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
     (``"default"`` for none: the offline Qwen2.5 one or text the base samples)."""
     if tokenizer is None:
         return "default"
-    import hashlib
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     text = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
     return hashlib.blake2b(f"{text}|{getattr(tokenizer, 'num_token_id', None)}".encode(), digest_size=16).hexdigest()

@@ -119,9 +119,11 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     gguf_file = overrides.pop("gguf_file", None)
     dtype = overrides.pop("dtype", None)
     tokenizer = overrides.pop("tokenizer", None)
-    if overrides.get("ovr_calibration", "base_agreement") != "none":
+    calibrated = overrides.get("ovr_calibration", "base_agreement") != "none"
+    if calibrated:
         overrides.setdefault("ovr_threshold_kind", "per_token")
     qwen = load_qwen_base(base, gguf_file=gguf_file, dtype=dtype)
+    memo_key = _memo_key(base, gguf_file, dtype, qwen) if calibrated else None  # the base as given, before any change
     vocab_rows = qwen.model.embed_tokens.num_embeddings
     num_token_id = overrides.pop("num_token_id", None)
     if num_token_id is None:
@@ -173,7 +175,7 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
             tokenizer,
             positions=config.calibration_positions,
             seed=int(getattr(config, "seed", 0) or 0),
-            memo_key=_memo_key(base, gguf_file, dtype, qwen),
+            memo_key=memo_key,
         )
     return model
 
