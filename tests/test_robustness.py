@@ -424,7 +424,11 @@ def test_second_run_into_a_locked_folder_fails_at_once(assets, tmp_path, childre
             run_training(TrainConfig(**settings(assets, out)).validate("second"))
         assert time.perf_counter() - begin < 1.0
         config = write_config(tmp_path / "c.yaml", settings(assets, out))
-        done = run_cli("train", str(config))
+        done = run_cli("train", str(config), env={"PYTHONPROFILEIMPORTTIME": "1"})
+        imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "import time:" in line]
+        assert "causal_qwen.training.run_folder" in imported and "causal_qwen.training.training" not in imported, \
+            "checked before the training stack loads"
+        done.stderr = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("import time:"))
         assert_one_line_error(done, f"output_dir '{out}' is in use by another run (pid {holder.pid} on host")
         assert holder.is_alive(), "the first run goes on"
     finally:

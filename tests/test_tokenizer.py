@@ -274,6 +274,20 @@ def test_default_places_num_in_first_reserved_slot(numeric: NumericTokenizer) ->
     assert numeric.pad_token_id == 151643
 
 
+def test_default_returns_a_tokenizer_of_its_own_each_call() -> None:
+    """`default` copies the one it built before with the same options: a change to one copy (an added
+    token, a padding side) reaches no other, and other options build another tokenizer."""
+    first, second = NumericTokenizer.default(), NumericTokenizer.default()
+    assert first is not second and first.backend_tokenizer is not second.backend_tokenizer
+    first.add_tokens(["<only-in-first>"])
+    first.padding_side = "left"
+    assert "<only-in-first>" not in second.get_vocab() and second.padding_side == "right"
+    assert "<only-in-first>" not in NumericTokenizer.default().get_vocab()
+    assert second("costs 99.99")["numeric_values"][0, -1].item() == 99.99
+    comma = NumericTokenizer.default(decimal_comma=True)
+    assert comma.decimal_comma and comma("kostet 99,99")["numeric_values"][0, -1].item() == 99.99
+
+
 def test_item_costs(numeric: NumericTokenizer, plain) -> None:
     text = "The item costs 99.99 dollars."
     encoding = numeric(text)

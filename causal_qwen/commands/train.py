@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..training.run_folder import OutputLock
 from ..training.train_config import load_train_config, valid_keys
 
 
@@ -43,11 +44,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..training.monitoring import read_metrics
-    from ..training.training import run_training
-
     config = load_train_config(args.config, args.overrides)
     main_process = int(os.environ.get("RANK", "0")) == 0
+    if main_process:  # a folder in use fails at once, before the training stack loads (seconds)
+        OutputLock(config.output_dir).check_free()
+
+    from ..training.monitoring import read_metrics
+    from ..training.training import run_training
 
     def report(message: str) -> None:
         if main_process:

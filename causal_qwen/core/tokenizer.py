@@ -41,6 +41,7 @@ Shapes: B batch size, S sequence length (after padding/truncation).
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import json
 import logging
@@ -81,6 +82,9 @@ _PLACEHOLDER_RE = re.compile(
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
 # Hugging Face keyword arguments __call__ accepts and has nothing to do with.
 _IGNORED_CALL_KWARGS = ("verbose", "return_token_type_ids", "split_special_tokens", "stride")
+
+# `NumericTokenizer.default`'s tokenizers of this process, by class and options (a deep copy is returned).
+_DEFAULTS_BUILT: dict[tuple, "NumericTokenizer"] = {}
 
 Padding = bool | Literal["longest", "max_length", "do_not_pad"]
 Side = Literal["left", "right"]
@@ -133,7 +137,7 @@ def _rename_model_token(backend: Tokenizer, old: str, new: str) -> None:
 def _place_num_token(tokenizer: PreTrainedTokenizerBase) -> tuple[int, str]:
     """Give ``tokenizer`` the special token ``<NUM>`` (rules in the module docstring): ``(id, origin)``."""
     backend = _backend(tokenizer)
-    if NUM_TOKEN in tokenizer.get_vocab():
+    if backend.token_to_id(NUM_TOKEN) is not None:  # in the model vocabulary or an added token
         origin = "existing"
     elif (slot := _first_placeholder(backend)) is not None:
         _rename_model_token(backend, old=slot[1], new=NUM_TOKEN)
@@ -288,10 +292,16 @@ class NumericTokenizer(PreTrainedTokenizerFast):
     def default(cls, padding_side: Side = "right", **kwargs: Any) -> NumericTokenizer:
         """The real Qwen2.5 tokenizer, built offline, with ``<NUM>`` = 151665 (a reserved row of every
         Qwen2.5 model). A few seconds the very first time (merges derived and cached on disk), 1-2 s in
-        a new process, well under 1 s after that. ``kwargs``: ``decimal_comma``, ``number_min_decimals``."""
-        return cls(
-            build_qwen25_base_tokenizer(), model_vocab_size=QWEN25_MODEL_VOCAB_SIZE, padding_side=padding_side, **kwargs
-        )
+        a new process; after that a copy of the one built before with the same options (about half a
+        second: every call returns a tokenizer of its own). ``kwargs``: ``decimal_comma``,
+        ``number_min_decimals``."""
+        key = (cls, padding_side, repr(sorted(kwargs.items())))
+        if key not in _DEFAULTS_BUILT:
+            _DEFAULTS_BUILT[key] = cls(
+                build_qwen25_base_tokenizer(), model_vocab_size=QWEN25_MODEL_VOCAB_SIZE, padding_side=padding_side,
+                **kwargs,
+            )
+        return copy.deepcopy(_DEFAULTS_BUILT[key])
 
     # -- properties -----------------------------------------------------------------------------
 

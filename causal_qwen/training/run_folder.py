@@ -91,6 +91,31 @@ class OutputLock:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+", encoding="utf-8")
+        self._take(handle, fcntl)
+        handle.seek(0)
+        handle.truncate()
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def check_free(self) -> None:
+        """Raise `acquire`'s ``ValueError`` if another run holds the lock now; take nothing, create nothing (a
+        command checks this before it loads the training stack, so that it fails at once)."""
+        try:
+            import fcntl
+        except ImportError:
+            return
+        try:
+            handle = open(self.path, encoding="utf-8")
+        except OSError:  # no lock file (a new folder), or unreadable: acquire() decides
+            return
+        with handle:
+            self._take(handle, fcntl)  # closing the descriptor drops it again
+
+    def _take(self, handle, fcntl) -> None:
+        """``flock`` ``handle`` without waiting; held by another process: close it and raise, naming the holder."""
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -101,13 +126,6 @@ class OutputLock:
                 f"output_dir {str(self.folder)!r} is in use by another run ({holder}); wait for it to finish or "
                 "choose another output_dir"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        self._handle = handle
-        return self
 
     def release(self) -> None:
         """Clear the holder record and drop the lock (the file stays: removing it would race a waiting run)."""
