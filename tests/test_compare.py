@@ -80,6 +80,11 @@ def test_compare_detects_a_broken_conversion():
     report = compare_models(qwen, causal, tokenizer)
     assert not report.weights_identical and not report.passed
     assert report.logits_max_abs_diff > 1e-3
+    # the held-out documentation's prompts are the most positions; without them only the given prompts
+    prompts_only = compare_models(qwen, intact, tokenizer, held_out_topics=0)
+    assert prompts_only.passed and 0 < prompts_only.positions_compared < report.positions_compared / 10
+    with pytest.raises(ValueError, match="held_out_topics must be 0 or more"):
+        compare_models(qwen, intact, tokenizer, held_out_topics=-1)
 
 
 def test_compare_cli_json(untied_cli_run):

@@ -165,16 +165,20 @@ def compare_models(
     tokenizer,
     prompts: tuple[str, ...] = DEFAULT_PROMPTS,
     base_name: str = "",
+    held_out_topics: int = HELD_OUT_TOPICS,
 ) -> ComparisonReport:
-    """Run both models on ``prompts`` plus the start of a few held-out documentation topics (tokenized by the
-    `NumericTokenizer`), one prompt at a time, and build the report."""
+    """Run both models on ``prompts`` plus the first `HELD_OUT_CHARS` characters of the first
+    ``held_out_topics`` held-out documentation topics (tokenized by the `NumericTokenizer`), one prompt at a
+    time, and build the report."""
     if not prompts:
         raise ValueError("compare needs at least one prompt")
+    if held_out_topics < 0:
+        raise ValueError(f"held_out_topics must be 0 or more, got {held_out_topics}")
     qwen.eval()
     causal.eval()
     from .calibration import held_out_texts
 
-    prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:HELD_OUT_TOPICS])
+    prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:held_out_topics])
     num_id = causal.config.num_token_id
     running = _RunningFigures(constants=decision_constants(causal))
     for prompt in prompts:

@@ -364,7 +364,7 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
 # ---------------------------------------------------------------------------------------------------------
 def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) -> tuple[Path, dict[str, Any]]:
     """Convert the base, save it to ``out/converted`` and compare it with the base."""
-    from ..conversion.compare import compare_models
+    from ..conversion.compare import HELD_OUT_TOPICS, compare_models
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 
@@ -375,7 +375,9 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
     progress(f"      {sum(p.numel() for p in model.parameters()):,} parameters, saved to {converted}")
     progress("[2/7] verify the conversion against the base")
     qwen = load_qwen_base(settings.base)
-    report = compare_models(qwen, model, tokenizer, base_name=settings.base)
+    # --quick: the three short prompts only (the held-out documentation's positions take most of the seconds)
+    report = compare_models(qwen, model, tokenizer, base_name=settings.base,
+                            held_out_topics=0 if settings.quick else HELD_OUT_TOPICS)
     summary: dict[str, Any] = {
         "passed": report.passed,
         "checks": dict(report.checks),
