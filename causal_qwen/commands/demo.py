@@ -15,7 +15,9 @@ def register(subparsers) -> None:
         "baseline, write plots, generate in each mode with a replayed individual. Writes OUT/report.json and PNGs.",
     )
     parser.add_argument("--out", default="demo_output", help="output folder (default demo_output)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: a few steps, small subsets (figures meaningless)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: a few steps, small subsets, the conversion verified on three short prompts "
+                             "(figures meaningless)")
     parser.add_argument("--config", default=None, metavar="TRAIN.yaml",
                         help="training settings (default examples/seattle_weather_demo.yaml, the example the demo "
                         "and `causal-qwen train` share)")

@@ -98,8 +98,9 @@ ACCEPTANCE = {
 @dataclass
 class DemoSettings:
     """What the demo runs: the training settings of ``config`` (`DEMO_CONFIG` by default), with the demo's own
-    options. ``quick``: a smoke run (a few steps, small evaluation subsets; figures meaningless); ``max_steps``
-    and ``seed`` override the config's (a shorter run scales warm-up, logging and evaluation with it)."""
+    options. ``quick``: a smoke run (a few steps, small evaluation subsets, the conversion compared with its base
+    on the three short prompts only; figures meaningless); ``max_steps`` and ``seed`` override the config's (a
+    shorter run scales warm-up, logging and evaluation with it)."""
 
     out: Path = Path("demo_output")
     quick: bool = False
