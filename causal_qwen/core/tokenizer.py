@@ -10,8 +10,9 @@ the (NFC-normalised) text back exactly, and without them writes the values (:fun
 
 `NumericTokenizer` is a ``PreTrainedTokenizerFast`` (transformers' tokenizers backend): ``save_pretrained``
 writes ``tokenizer.json`` and a ``tokenizer_config.json`` that names the class (``tokenizer_class`` and
-``auto_map``) and carries this module's source with it (`register_for_auto_class`, transformers' mechanism
-for custom tokenizers), so ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` gives a
+``auto_map``) and lists the added tokens (``added_tokens_decoder``), and carries this module's source with it
+(`register_for_auto_class`, transformers' mechanism for custom tokenizers), so
+``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` gives a
 `NumericTokenizer` even in a Python that never imported ``causal_qwen``; with ``causal_qwen`` imported the
 class is also registered locally and ``trust_remote_code`` is not needed. ``pad`` pads ``numeric_values``
 (0.0) and ``numeric_strings`` (``""``) with the ids, so ``DataCollatorWithPadding`` works with it.

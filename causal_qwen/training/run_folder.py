@@ -91,7 +91,7 @@ class OutputLock:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+", encoding="utf-8")
-        self._take(handle, fcntl)
+        self._take(handle)
         handle.seek(0)
         handle.truncate()
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -104,7 +104,7 @@ class OutputLock:
         """Raise `acquire`'s ``ValueError`` if another run holds the lock now; take nothing, create nothing (a
         command checks this before it loads the training stack, so that it fails at once)."""
         try:
-            import fcntl
+            import fcntl  # noqa: F401 (only whether this platform has flock)
         except ImportError:
             return
         try:
@@ -112,10 +112,12 @@ class OutputLock:
         except OSError:  # no lock file (a new folder), or unreadable: acquire() decides
             return
         with handle:
-            self._take(handle, fcntl)  # closing the descriptor drops it again
+            self._take(handle)  # closing the descriptor drops it again
 
-    def _take(self, handle, fcntl) -> None:
+    def _take(self, handle) -> None:
         """``flock`` ``handle`` without waiting; held by another process: close it and raise, naming the holder."""
+        import fcntl
+
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
