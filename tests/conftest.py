@@ -81,9 +81,9 @@ class SharedPresetCalibrations(dict):
     """`calibration._MEMO` for the test run: the calibrations of the random presets (``random:tiny`` …) and of
     small bases passed as model objects (keyed by their weights) are shared by the pytest-xdist workers through
     files next to their temporary folders, so each is fitted once per run (many seconds on the 151,936-row
-    vocabulary) instead of once per worker. One worker fits while
-    the others wait on the file's lock; anything else stays in this process. The calibration itself is tested
-    on models built in the tests (tests/test_calibration.py), where nothing is shared."""
+    vocabulary) instead of once per worker. One worker fits while the others wait on the file's lock; anything
+    else stays in this process. The calibration itself is tested on models built in the tests
+    (tests/test_calibration.py), where nothing is shared."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
