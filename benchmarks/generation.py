@@ -1,6 +1,6 @@
 """Generation speed: Qwen's own ``generate`` (greedy) vs CausalQwen in each mode, side by side, in one run.
 
-    python benchmarks/generation.py [--base random:qwen2.5-0.5b] [--json] [--quick] [--repeats N]
+    python benchmarks/generation.py [--base random:qwen2.5-0.5b] [--json] [--quick] [--repeats N] [--skip-long]
 
 CausalQwen runs two ways: the project's generator (`causal_qwen.core.generation.generate_ids`, methods named by
 the mode) and Hugging Face's loop (``model.generate(mode=...)``, which the command line and the demo call;
@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--quick", action="store_true", help="1 repetition, 16 new tokens, no 256-token run")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (default 3)")
+    parser.add_argument("--skip-long", action="store_true", help="leave out the 256-token per-token run")
     args = parser.parse_args(argv)
 
     repeats = 1 if args.quick else args.repeats
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     report["tokens_per_s"] = tokens_per_s
     report["decode_tokens_per_s"] = decode_tokens_per_s
 
-    if not args.quick:
+    if not (args.quick or args.skip_long):
         per_token: dict[str, dict[str, float]] = {}
         for method in METHODS:
             total, durations = run_method(method, qwen, model, prompts[1], LONG_NEW_TOKENS)

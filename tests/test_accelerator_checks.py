@@ -1,0 +1,68 @@
+"""benchmarks/accelerator.py's checks (run on a GPU by hand), driven here on CPU with a small model in bf16: they pass
+on the library as it is and report a broken standard decision."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from causal_qwen import CausalQwenForCausalLM
+from causal_qwen.core import cauchy, generation
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "accelerator.py"
+
+
+@pytest.fixture(scope="module")
+def checks():
+    spec = importlib.util.spec_from_file_location("accelerator_checks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bf16_model():
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(tied=False), num_token_id=SMALL_NUM_ID, ovr_threshold=1.0)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # a non-constant scale, noise and per-token bias: the decisions depend on every term
+        scale_weight = model.abduction.scale_net.weight
+        scale_weight.copy_(torch.randn(scale_weight.shape, generator=generator) * 0.3)
+        model.action.b_noise.copy_(torch.rand(model.action.b_noise.shape, generator=generator) * 0.5)
+        model.action.classification_head.bias.copy_(torch.randn(model.config.vocab_size, generator=generator))
+    return model.to(torch.bfloat16).eval()
+
+
+def test_checks_pass_on_the_library(checks, bf16_model):
+    ids, mask, values = checks.left_padded_prompts(bf16_model, "cpu")
+    assert (ids == SMALL_NUM_ID).sum() == 1 and values.abs().sum() == 37.5
+    exact = checks.standard_decisions_are_exact(bf16_model, ids, mask, values)
+    assert exact["ok"] and exact["decisions"] == 3 * checks.NEW_TOKENS and exact["mismatches"] == 0
+    assert 0.5 <= exact["float64_agreement"] <= 1.0
+    equal = checks.generate_equals_generator(bf16_model, ids, mask, values)
+    assert set(equal) == set(generation.MODES) and all(mode["ok"] for mode in equal.values())
+    fused = checks.fused_loss_matches(copy.deepcopy(bf16_model).float(), "cpu")
+    assert fused["ok"] and fused["max_relative_difference"] < checks.FUSED_LOSS_TOLERANCE
+
+
+def test_a_wrong_standard_decision_is_reported(checks, bf16_model, monkeypatch):
+    """A generator whose standard decision is the runner-up of the exact rule is caught."""
+    decide = generation._Decoder._decide_standard
+
+    def runner_up(self, loc_U, scale_U, banned):
+        best = decide(self, loc_U, scale_U, banned)  # (B,)
+        loc_S, scale_S = self.model.action.classify(loc_U, scale_U)  # (B,V) each
+        scores = cauchy.decision_score(loc_S, scale_S, self.model.ovr_thresholds())  # (B,V)
+        return scores.scatter(1, best[:, None], -torch.inf).argmax(-1)
+
+    monkeypatch.setattr(generation._Decoder, "_decide_standard", runner_up)
+    ids, mask, values = checks.left_padded_prompts(bf16_model, "cpu")
+    exact = checks.standard_decisions_are_exact(bf16_model, ids, mask, values)
+    assert not exact["ok"] and exact["mismatches"] == exact["decisions"]
