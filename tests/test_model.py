@@ -64,7 +64,7 @@ def test_scale_and_decision_formulas():
         out = model(random_ids())
     s = out.scale_U + model.action.b_noise.abs()
     w = model.action.classification_head.weight
-    gamma = model.action.token_noise_scale()  # () γ_S, set by the calibration
+    gamma = model.action.token_noise_scale().detach()  # () γ_S, set by the calibration
     assert float(gamma) > 0
     torch.testing.assert_close(out.scale_S, s @ w.abs().T + gamma)
     torch.testing.assert_close(out.loc_S, out.loc_U @ w.T + model.action.classification_head.bias)
