@@ -88,7 +88,7 @@ def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind, monkeypat
     with torch.no_grad():
         scale_S = out.scale_S  # (B,S,V)
         row_part = scale_S - model.action.token_noise_scale()
-        assert float(model.action.token_noise_scale()) > 0
+        assert float(model.action.token_noise_scale().detach()) > 0
         assert float((row_part / scale_S).max()) < 10 * calibration.INDIVIDUAL_SHARE
         standard = ((out.loc_S - model.ovr_thresholds()) / scale_S).argmax(-1)
     assert torch.equal(standard, logits.argmax(-1))

@@ -136,7 +136,7 @@ def test_token_noise_round_trips_and_a_checkpoint_without_it_loads_with_none(tmp
     del config["token_noise_init"]
     (old / "config.json").write_text(json.dumps(config))
     loaded = CausalQwenForCausalLM.from_pretrained(old)
-    assert float(loaded.action.token_noise) == 0.0
+    assert float(loaded.action.token_noise.detach()) == 0.0
     assert torch.equal(loaded.action.regression_head.weight, model.action.regression_head.weight)
     assert torch.equal(loaded.action.b_noise, model.action.b_noise)
     assert torch.equal(loaded.ovr_thresholds.values, model.ovr_thresholds.values)
