@@ -209,12 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
 
-    checks = [
-        entry[name]["ok"] if "ok" in entry[name] else all(mode["ok"] for mode in entry[name].values())
-        for entry in report["dtypes"].values()
-        for name in entry
-    ]
-    report["all_ok"] = all(checks)
+    report["all_ok"] = all(ok for entry in report["dtypes"].values() for _, ok in _flat_ok(entry))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -227,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _flat_ok(entry: dict):
+    """(name, ok) of each check of one dtype's entry, a mode's result named ``check[mode]``."""
     for name, result in entry.items():
         if "ok" in result:
             yield name, result["ok"]

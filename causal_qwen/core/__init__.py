@@ -2,7 +2,7 @@
 (`configuration`), the causal heads (`heads`), the reference and the vocabulary-chunked fused losses (`losses`,
 `fused_ovr`), `CausalQwenForCausalLM` (`modeling`), generation in its three modes (`generation`; text through
 ``model.generate``: `text_generation`), the number grammar (`numbers`) and the numeric tokenizer with its offline
-Qwen2.5 vocabulary (`tokenizer`, `qwen_vocab`).
+Qwen2.5 vocabulary (`tokenizer`, `qwen_vocab`; `files`: atomic writes).
 
 This folder is flat on purpose, and nothing else may join it in a sub-folder. ``save_pretrained`` copies the
 module defining the model, its config or its tokenizer into the saved folder, flat beside the weights, together

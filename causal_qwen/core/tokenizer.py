@@ -56,6 +56,7 @@ from tokenizers import AddedToken, Tokenizer
 from transformers import AutoConfig, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from transformers.utils import to_py_obj
 
+from .files import write_text_atomic
 from .numbers import NumberSpan, find_numbers, join_numbers
 from .qwen_vocab import (
     QWEN25_MODEL_VOCAB_SIZE,
@@ -316,9 +317,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                 config["added_tokens_decoder"] = {
                     str(index): token.__getstate__() for index, token in sorted(self.added_tokens_decoder.items())
                 }
-                staged = path.with_name(path.name + ".partial")
-                staged.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-                staged.replace(path)
+                write_text_atomic(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         return files
 
     # -- properties -----------------------------------------------------------------------------

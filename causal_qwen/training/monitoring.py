@@ -173,7 +173,7 @@ class MetricsJsonlCallback(TrainerCallback):
                     continue
                 if isinstance(record, dict) and record.get("step", 0) <= state.global_step:
                     kept.append(line)
-        from .run_folder import write_text_atomic
+        from ..core.files import write_text_atomic
 
         write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 

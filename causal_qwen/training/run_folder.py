@@ -385,14 +385,3 @@ def clear_for_run(plan: RunPlan, output_dir: str | os.PathLike) -> None:
         else:
             remove_folder(path)
         logger.info("removed %s", path)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync and rename (never a half-written file)."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

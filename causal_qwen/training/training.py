@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
+from ..core.files import write_text_atomic
 from ..core.modeling import CausalQwenForCausalLM
 from . import data as data_module
 from .collator import NumericCollator, TokenizedDataset, tokenize_documents
@@ -57,7 +58,6 @@ from .run_folder import (
     publish,
     rotate_checkpoints,
     staging_path,
-    write_text_atomic,
 )
 from .train_config import TrainConfig
 from .warm_start import warm_start_regression
