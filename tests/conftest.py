@@ -30,6 +30,11 @@ def torch_threads() -> int:
 
 
 torch.set_num_threads(torch_threads())
+# scikit-learn's gradient boosting (the baselines) runs on its own OpenMP runtime, which starts as many threads as
+# the machine has cores when it loads; beside the other worker, its threads wait on each other at every split (a
+# 3 s fit took 70-150 s with two such processes on two cores). It reads this variable when it loads, after here;
+# set, not defaulted, since the workers inherit the value of the controlling process (which has no worker count).
+os.environ["OMP_NUM_THREADS"] = str(torch_threads())
 
 # ---- scheduling under pytest-xdist (`--dist loadscope --no-loadscope-reorder`, pyproject.toml) -------------
 # Every module is one unit of work, run whole on one worker, so that its module-scoped models, tokenizers and
