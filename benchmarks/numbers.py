@@ -243,7 +243,28 @@ def _documents(table: Table, path: Path):
     return split_documents(read_documents(source), SplitSpec(split_by=SPLIT_FIELD, split_at=1))
 
 
-def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict) -> tuple[baselines.Forecast, dict]:
+def training_progress(progress: Callable[[str], None], label: str):
+    """A `TrainerCallback` that hands ``progress`` one line per logging step: the step, the loss and the seconds
+    since training began (a fine-tuning run here may take many minutes)."""
+    from transformers import TrainerCallback
+
+    class StepProgress(TrainerCallback):
+        def __init__(self) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                progress(f"    {label}: step {state.global_step}/{state.max_steps}, loss {logs['loss']:.4g}, "
+                         f"{time.perf_counter() - self.start:.0f} s")
+
+    return StepProgress()
+
+
+def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict,
+                    progress: Callable[[str], None] = print) -> tuple[baselines.Forecast, dict]:
     """Fine-tune the converted tiny model on the table's training sentences and forecast the held-out targets."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.core.tokenizer import NumericTokenizer
@@ -263,7 +284,7 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
     config.validate(f"benchmark settings for {table.name}")
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = run_training(config)
+        result = run_training(config, callbacks=[training_progress(progress, table.name)])
     train_seconds = time.perf_counter() - start
 
     model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
@@ -306,7 +327,7 @@ def run_table(table: Table, converted: Path, workdir: Path, settings: dict, prog
     progress(f"{table.name}: {len(train)} training / {len(held_out)} held-out rows ({table.split}); "
              f"{settings['max_steps']} steps of {settings['batch_size']}")
     forecasts = baselines.fit_baselines(train, held_out, table.predictors, table.target, seed=SPLIT_SEED)
-    causal, extra = run_causal_qwen(table, converted, workdir, settings)
+    causal, extra = run_causal_qwen(table, converted, workdir, settings, progress)
     figures = {"causal_qwen": {**baselines.forecast_figures(causal, true), **extra}}
     for name, forecast in forecasts.items():
         figures[name] = baselines.forecast_figures(forecast, true)
@@ -425,8 +446,9 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     config.model = str(converted)
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = run_training(config)
+        result = run_training(config, callbacks=[training_progress(progress, "causal_qwen")])
     seconds = time.perf_counter() - start  # training only, as for the digit-writer
+    progress(f"  causal_qwen: trained in {seconds:.0f} s; forecasts and bits per byte of the {len(held_docs)} held-out days")
     model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
     numbers = evaluate_documents(model, tokenizer, held_docs, batch_size=16, max_length=config.max_length,
@@ -469,13 +491,16 @@ def _real_digits(base, config, settings, train_docs, held_docs, true, texts, pro
         remove_unused_columns=False, dataloader_pin_memory=torch.cuda.is_available(), **settings["qwen_digits"],
     )
     trainer = Trainer(model=model, args=args, train_dataset=_IdsDataset(rows),
-                      data_collator=_pad_collate(tokenizer.pad_token_id))
+                      data_collator=_pad_collate(tokenizer.pad_token_id),
+                      callbacks=[training_progress(progress, "qwen_digits")])
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()
     seconds = time.perf_counter() - start
     model.config.use_cache = True
     model.eval()
+    progress(f"  qwen_digits: trained in {seconds:.0f} s; a greedy and {settings['samples']} sampled answers for each "
+             f"of the {len(held_docs)} held-out days, then bits per byte")
     greedy, samples = _digit_answers(model, tokenizer, held_docs, settings)
     point = torch.tensor([math.inf if g is None else g for g in greedy], dtype=torch.float64)  # (R,)
     quantiles = torch.stack([_sample_quantiles(draws) for draws in samples])  # (R,4): q05 q25 q75 q95
@@ -612,7 +637,9 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     torch.manual_seed(0)
-    progress = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    # The stream is bound here: the training runs redirect sys.stdout while they print their step lines.
+    stream = sys.stderr if args.json else sys.stdout
+    progress = lambda message: print(message, file=stream, flush=True)  # noqa: E731
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="numbers-benchmark-"))
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

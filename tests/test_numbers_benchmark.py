@@ -116,7 +116,10 @@ def test_settings_and_overrides(bench):
 
 def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
     assert bench.main(["--quick", "--json", "--workdir", str(tmp_path)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    for name in bench.TABLE_NAMES:  # progress on stderr, a line per logging step while CausalQwen trains
+        assert f"    {name}: step 2/2, loss " in captured.err, name
     assert "NaN" not in printed and "Infinity" not in printed  # strict JSON: n/a figures are null
     result = json.loads(printed)
     assert set(result["tables"]) == set(bench.TABLE_NAMES)
@@ -139,7 +142,10 @@ def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
 def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     """The --real-base path end to end (1 step each, 5 days, 2 samples) on random:tiny: the figures exist and
     the digit-writer's answers are parsed or counted as unparsable."""
-    figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=lambda message: None)
+    said: list[str] = []
+    figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=said.append)
+    for model in ("causal_qwen", "qwen_digits"):  # one line per logging step while a model fine-tunes
+        assert any(line.strip().startswith(f"{model}: step 1/1, loss ") for line in said), (model, said)
     for model in ("causal_qwen", "qwen_digits"):
         for key in ("mdae", "coverage_50", "coverage_90", "log_score", "scale_error_spearman", "train_seconds",
                     *bench.BITS_FIGURES):
