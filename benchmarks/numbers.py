@@ -448,7 +448,8 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         result = run_training(config, callbacks=[training_progress(progress, "causal_qwen")])
     seconds = time.perf_counter() - start  # training only, as for the digit-writer
-    progress(f"  causal_qwen: trained in {seconds:.0f} s; forecasts and bits per byte of the {len(held_docs)} held-out days")
+    progress(f"  causal_qwen: trained in {seconds:.0f} s; forecasts and bits per byte of the {len(held_docs)} "
+             "held-out days")
     model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
     numbers = evaluate_documents(model, tokenizer, held_docs, batch_size=16, max_length=config.max_length,
