@@ -68,6 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from causal_qwen.evaluation import baselines  # noqa: E402
 from causal_qwen.evaluation.demo import DEMO_TEMPLATE, read_table  # noqa: E402
+from causal_qwen.training.monitoring import ProgressLines  # noqa: E402
 
 logger = logging.getLogger("benchmarks.numbers")
 
@@ -243,26 +244,6 @@ def _documents(table: Table, path: Path):
     return split_documents(read_documents(source), SplitSpec(split_by=SPLIT_FIELD, split_at=1))
 
 
-def training_progress(progress: Callable[[str], None], label: str):
-    """A `TrainerCallback` that hands ``progress`` one line per logging step: the step, the loss and the seconds
-    since training began (a fine-tuning run here may take many minutes)."""
-    from transformers import TrainerCallback
-
-    class StepProgress(TrainerCallback):
-        def __init__(self) -> None:
-            self.start = time.perf_counter()
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.start = time.perf_counter()
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                progress(f"    {label}: step {state.global_step}/{state.max_steps}, loss {logs['loss']:.4g}, "
-                         f"{time.perf_counter() - self.start:.0f} s")
-
-    return StepProgress()
-
-
 def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict,
                     progress: Callable[[str], None] = print) -> tuple[baselines.Forecast, dict]:
     """Fine-tune the converted tiny model on the table's training sentences and forecast the held-out targets."""
@@ -284,7 +265,7 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
     config.validate(f"benchmark settings for {table.name}")
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = run_training(config, callbacks=[training_progress(progress, table.name)])
+        result = run_training(config, callbacks=[ProgressLines(progress, prefix=f"    {table.name}: ")])
     train_seconds = time.perf_counter() - start
 
     model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
@@ -446,7 +427,7 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     config.model = str(converted)
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = run_training(config, callbacks=[training_progress(progress, "causal_qwen")])
+        result = run_training(config, callbacks=[ProgressLines(progress, prefix="    causal_qwen: ")])
     seconds = time.perf_counter() - start  # training only, as for the digit-writer
     progress(f"  causal_qwen: trained in {seconds:.0f} s; forecasts and bits per byte of the {len(held_docs)} "
              "held-out days")
@@ -493,7 +474,7 @@ def _real_digits(base, config, settings, train_docs, held_docs, true, texts, pro
     )
     trainer = Trainer(model=model, args=args, train_dataset=_IdsDataset(rows),
                       data_collator=_pad_collate(tokenizer.pad_token_id),
-                      callbacks=[training_progress(progress, "qwen_digits")])
+                      callbacks=[ProgressLines(progress, prefix="    qwen_digits: ")])
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         trainer.train()

@@ -409,28 +409,10 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
     return converted, summary
 
 
-def _progress_callback(progress: Progress, max_steps: int):
-    from transformers import TrainerCallback
-
-    class DemoProgress(TrainerCallback):
-        """Forwards the training logs as one short line each."""
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = logs or {}
-            if "loss" in logs:
-                progress(
-                    f"      step {state.global_step:>4}/{max_steps}  loss {logs['loss']:.3f}  "
-                    f"cls {logs.get('cls_loss', float('nan')):.4f}  reg (Cauchy NLL) {logs.get('reg_loss', float('nan')):.3f}"
-                )
-            elif "eval_loss" in logs:
-                progress(f"      step {state.global_step:>4}/{max_steps}  held-out loss {logs['eval_loss']:.3f}")
-
-    return DemoProgress()
-
-
 def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress):
     """Fine-tune the converted model with `causal_qwen.training.training` (the Trainer's own console log goes to a
     file)."""
+    from ..training.monitoring import ProgressLines
     from ..training.train_config import TrainConfig
     from ..training.training import run_training
 
@@ -439,7 +421,7 @@ def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress
     log_file = out / "training" / "trainer_console.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
-        result = run_training(config, callbacks=[_progress_callback(progress, settings.max_steps)])
+        result = run_training(config, callbacks=[ProgressLines(progress, prefix="      ")])
     return result, config
 
 

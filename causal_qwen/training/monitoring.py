@@ -1,4 +1,4 @@
-"""Training figures of the implementation plan (§7) and the callback writing ``metrics.jsonl``.
+"""Training figures, the callback writing ``metrics.jsonl`` and the one printing a line per logged step.
 
 Shape legend: B batch, S sequence, C causal size, V vocabulary rows, N target positions, K sampled positions.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,35 @@ class MetricsJsonlCallback(TrainerCallback):
             logger.warning("step %d: %s not finite, written as null", state.global_step, ", ".join(not_finite))
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, allow_nan=False) + "\n")
+
+
+class ProgressLines(TrainerCallback):
+    """Hands ``progress`` one line per log event of the main process, for a person watching a long run:
+
+        {prefix}step S/N, loss L[, cls C][, reg R], T s       a training log (cls/reg when the loss has them)
+        {prefix}step S/N, held-out loss L                      an evaluation
+
+    T is the seconds since training began."""
+
+    def __init__(self, progress: Callable[[str], None], prefix: str = "") -> None:
+        self.progress = progress
+        self.prefix = prefix
+        self.start = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        head = f"{self.prefix}step {state.global_step}/{state.max_steps}"
+        if "loss" in logs:
+            parts = [f"loss {logs['loss']:.4g}"]
+            parts += [f"{name} {logs[key]:.4g}" for name, key in (("cls", "cls_loss"), ("reg", "reg_loss"))
+                      if key in logs]
+            self.progress(f"{head}, {', '.join(parts)}, {time.perf_counter() - self.start:.0f} s")
+        elif "eval_loss" in logs:
+            self.progress(f"{head}, held-out loss {logs['eval_loss']:.4g}")
 
 
 def _jsonable(value: Any) -> Any:
