@@ -83,6 +83,7 @@ SEED_SETTING: dict[str, Any] = {
     "numeric_embedding_learning_rate": 3.0e-3,
     "regression_learning_rate": 1.0e-3,
     "regression_warm_start": None,
+    "num_token_warm_start": None,
     "backbone_learning_rate": 3.0e-4,
     "warmup_steps": 5,
     "lr_scheduler_type": "cosine",
@@ -382,7 +383,7 @@ def run_causal(base: str, steps: int, seed: int, setting: str, overrides: list[s
 
 def _settings_summary(config) -> dict:
     keys = ("model_config", "learning_rate", "numeric_embedding_learning_rate", "backbone_learning_rate",
-            "regression_learning_rate", "regression_warm_start", "lora", "lora_r", "lora_learning_rate",
+            "regression_learning_rate", "regression_warm_start", "num_token_warm_start", "lora", "lora_r", "lora_learning_rate",
             "freeze_backbone", "freeze_backbone_steps", "warmup_steps", "lr_scheduler_type", "max_grad_norm", "batch_size", "optim")
     return {key: getattr(config, key) for key in keys if hasattr(config, key)}
 

@@ -238,6 +238,8 @@ def test_config_value_errors(tmp_path):
         load_train_config(write(tmp_path / "c.yaml", "data: x\nlora: true\nfreeze_backbone: true\n"))
     with pytest.raises(ValueError, match="must be a mapping"):
         load_train_config(write(tmp_path / "d.yaml", "- a\n- b\n"))
+    with pytest.raises(ValueError, match="num_token_warm_start must be a positive ridge or null"):
+        load_train_config(write(tmp_path / "e.yaml", "data: x\nnum_token_warm_start: 0\n"))
 
 
 def test_example_config_loads():

@@ -73,7 +73,7 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
         REPO / "examples" / "seattle_weather.yaml",
         [f"max_steps={STEPS}", f"batch_size={SENTENCES}", f"output_dir={tmp_path / 'run'}", "save_steps=0",
          "eval_steps=0", "report_to=[]", "progress_bar=false", "logging_steps=1", "monitor_positions=0",
-         "regression_warm_start=null"],  # the language is under test here; the warm start reads all 1,096 days
+         "regression_warm_start=null", "num_token_warm_start=null"],  # the starts read all 1,096 days: below on 32
     )
     model, tokenizer = convert_base(str(REAL_GGUF), calibration_positions=512, **config.model_config)
 
@@ -97,3 +97,31 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
     assert softmax_ratio < 1.5, (before, after)
     assert ovr_ratio < 1.5, (before, after)
     assert after["standard_agreement"] >= before["standard_agreement"] - 0.05, (before, after)
+
+    # The <NUM> row's start (the example's ridge, 32 training days instead of 1,096): the converted row is Qwen's
+    # untrained reserved row, ~29 bits below the text where a number follows, and the standard decision writes digits.
+    from causal_qwen.core.generation import generate
+    from causal_qwen.evaluation.evaluation import text_bits
+    from causal_qwen.training.collator import NumericCollator, tokenize_documents
+    from causal_qwen.training.warm_start import warm_start
+
+    train_docs, held_docs = training.read_split_documents(config)
+    example_ridge = load_train_config(REPO / "examples" / "seattle_weather.yaml").num_token_warm_start
+    assert example_ridge is not None
+    held_texts = [doc.text for doc in held_docs[::6]]  # 8 days of 2015
+    prompt = "On 2015-03-04 Seattle saw"
+    bits_before = text_bits(model, tokenizer, held_texts).metrics()
+    assert bits_before["num_token_bits"] / bits_before["bits_numbers"] > 10, bits_before
+    assert not generate(model, tokenizer, prompt, max_new_tokens=8)[0].numbers  # digits, not a value
+    days = tokenize_documents(train_docs[::34][:32], tokenizer, config.max_length, config.add_eos)
+    report = warm_start(model, days, NumericCollator(pad_token_id=tokenizer.pad_token_id), batch_size=8,
+                        num_token_ridge=example_ridge)["num_token"]
+    assert report is not None and report.numbers == 3 * 32, report
+    bits_after = text_bits(model, tokenizer, held_texts).metrics()
+    assert bits_after["num_token_bits"] / bits_after["bits_numbers"] < 0.5, bits_after
+    assert bits_after["bits_per_byte"] < bits_before["bits_per_byte"] - 0.5, (bits_before, bits_after)
+    written = generate(model, tokenizer, prompt, max_new_tokens=8)[0]
+    assert written.numbers, written  # a value (" a total of <NUM>"), not digits
+    started = general_text()
+    assert started["perplexity"] / after["perplexity"] < 1.01, (after, started)
+    assert started["standard_agreement"] >= after["standard_agreement"] - 0.01, (after, started)

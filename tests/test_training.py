@@ -183,18 +183,19 @@ def test_decision_scale_trains_when_asked(assets, initial, tmp_path):
     assert not torch.equal(trained["token_noise"], converted["token_noise"])
 
 
-def test_regression_warm_start_sets_the_head_to_the_ridge_fit(assets, initial, tmp_path):
+def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     """``regression_warm_start: λ``: before the first step the regression head is the ridge fit of the training
-    numbers on the converted model's features, and the numbers' own noise its median absolute residual; with the
-    regression head's learning rate at 0 the final model keeps it."""
+    numbers on the converted model's features, and the numbers' own noise its median absolute residual;
+    ``num_token_warm_start: λ``: the classification head's ``<NUM>`` row is the offset-logistic fit on the same
+    pass. With their learning rates at 0 the final model keeps both."""
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.collator import NumericCollator
     from causal_qwen.training.training import build_datasets
-    from causal_qwen.training.warm_start import number_features, ridge_fit
+    from causal_qwen.training.warm_start import offset_logistic_fit, read_positions, ridge_fit
 
     model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
     run = config(assets, tmp_path, max_steps=1, regression_warm_start=1e-3, regression_learning_rate=0.0,
-                 freeze_backbone=True, model_config=model_config)
+                 num_token_warm_start=1e-2, learning_rate=0.0, freeze_backbone=True, model_config=model_config)
     result = run_training(run)
     trained = CausalQwenForCausalLM.from_pretrained(result.final_dir)
 
@@ -203,7 +204,8 @@ def test_regression_warm_start_sets_the_head_to_the_ridge_fit(assets, initial, t
     batches = [NumericCollator(pad_token_id=tokenizer.pad_token_id)([dataset[i] for i in range(start, min(start + 4, len(dataset)))])
                for start in range(0, len(dataset), 4)]
     reference = CausalQwenForCausalLM.from_qwen(str(assets / "base"), **model_config)  # the run's starting point
-    features, values = number_features(reference.eval(), batches)
+    positions = read_positions(reference.eval(), batches, token_positions=10**6)
+    features, values = positions.number_features, positions.number_values
     assert len(values) == 2 * len(dataset)  # "day" and "value": two numbers per sentence
     weight, bias = ridge_fit(features, values, 1e-3)
     head = trained.action.regression_head
@@ -216,6 +218,15 @@ def test_regression_warm_start_sets_the_head_to_the_ridge_fit(assets, initial, t
         converted = reference.action.regression_head(features.float())[:, 0].double()
     converted_error = float((converted - values).abs().median())
     assert spread < converted_error  # the fit reads the numbers better than the random head
+
+    num_id = trained.config.num_token_id
+    row, row_bias = offset_logistic_fit(positions.token_features, positions.rest_log_partition,
+                                        positions.next_is_number, 1e-2)
+    classification = trained.action.classification_head
+    torch.testing.assert_close(classification.weight[num_id].double(), row, rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(classification.bias[num_id].double(), row_bias, rtol=1e-3, atol=1e-5)
+    others = torch.arange(classification.weight.shape[0]) != num_id
+    torch.testing.assert_close(classification.weight[others], reference.action.classification_head.weight[others])
 
 
 def test_backbone_frozen_for_the_first_steps_only(assets, initial, tmp_path):

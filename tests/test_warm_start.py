@@ -39,3 +39,88 @@ def test_bad_ridge_and_data_without_numbers():
     report = warm_start_regression(model, numbers, NumericCollator(pad_token_id=0), batch_size=3)
     assert report is not None and report.numbers == 8
     assert not torch.equal(model.action.regression_head.weight, before)
+
+
+def _logistic_objective(features, offsets, labels, weight, bias, ridge):
+    """The penalised objective of `offset_logistic_fit`, written out again."""
+    logits = features @ weight + bias - offsets
+    penalty = ridge * (weight * features.std(dim=0, unbiased=False)).square().sum()
+    return (torch.nn.functional.softplus(logits) - labels.double() * logits).mean() + penalty
+
+
+def test_offset_logistic_fit_is_the_penalised_optimum_and_recovers_a_rule():
+    from causal_qwen.training.warm_start import offset_logistic_fit, offset_logistic_nats
+
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(4000, 5, generator=generator, dtype=torch.float64) * torch.tensor([30.0, 1, 5, 0.1, 2]) + 3
+    offsets = torch.randn(4000, generator=generator, dtype=torch.float64) * 4 + 10  # the other rows' log partition
+    true_weight = torch.tensor([0.05, -1.0, 0.3, 4.0, 0.0], dtype=torch.float64)
+    logits = features @ true_weight + 9.0 - offsets
+    labels = torch.rand(4000, generator=generator, dtype=torch.float64) < torch.sigmoid(logits)
+    weight, bias = offset_logistic_fit(features, offsets, labels, 1e-8)
+    torch.testing.assert_close(weight, true_weight, rtol=0.15, atol=0.15)
+    fitted_logits = features @ weight + bias - offsets
+    assert float((fitted_logits - logits).abs().median()) < 0.5
+    # the optimum of the penalised objective: no small step in any direction lowers it
+    ridge = 1e-2
+    weight, bias = offset_logistic_fit(features, offsets, labels, ridge)
+    best = float(_logistic_objective(features, offsets, labels, weight, bias, ridge))
+    unit = torch.cat([features.std(dim=0, unbiased=False), torch.ones(1, dtype=torch.float64)])  # (6,) w then b
+    for direction in torch.eye(6, dtype=torch.float64):
+        for sign in (1.0, -1.0):
+            step = sign * 1e-3 * direction / unit
+            moved = float(_logistic_objective(features, offsets, labels, weight + step[:5], bias + step[5], ridge))
+            assert moved >= best - 1e-12
+    assert offset_logistic_nats(features, offsets, labels, weight, bias) < offset_logistic_nats(
+        features, offsets, labels, torch.zeros(5, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))
+
+
+def test_rest_log_partition_leaves_out_the_num_row():
+    from causal_qwen.training.warm_start import rest_log_partition
+
+    head = torch.nn.Linear(6, 40)
+    loc_U = torch.randn(7, 6)
+    logits = head(loc_U).double()  # (7,40)
+    expected = torch.logsumexp(torch.cat([logits[:, :13], logits[:, 14:]], dim=1), dim=1)
+    torch.testing.assert_close(rest_log_partition(head, loc_U, 13), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_num_token_warm_start_fits_the_num_row_alone_and_the_softmax_follows_it():
+    """After the start the model's own softmax over ``loc_S`` gives ``P(<NUM>) = σ(w·x + b − L)``: higher where a
+    number follows than the converted row's, and every other row of the head (so every other token's ``loc_S``)
+    unchanged."""
+    from causal_qwen import CausalQwenForCausalLM
+    from causal_qwen.training.collator import NumericCollator, TokenizedDataset
+    from causal_qwen.training.warm_start import warm_start
+
+    from .conftest import SMALL_NUM_ID, small_qwen
+
+    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none").eval()
+    dataset = TokenizedDataset([{"input_ids": [5, 9, SMALL_NUM_ID, 7, 11, 9, SMALL_NUM_ID, 8],
+                                 "numeric_values": [0.0, 0.0, v, 0.0, 0.0, 0.0, 2 * v, 0.0]}
+                                for v in (1.0, 3.0, 4.0, 10.0, -2.5, 0.5)])
+    batch = NumericCollator(pad_token_id=0)([dataset[i] for i in range(len(dataset))])
+
+    def num_log_probs() -> torch.Tensor:
+        with torch.no_grad():
+            loc_S = model(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"]).loc_S  # (B,S,V)
+        return torch.log_softmax(loc_S[:, :-1].double(), dim=-1)[..., SMALL_NUM_ID]  # (B,S-1)
+
+    head = model.action.classification_head
+    before_weight, before_bias = head.weight.detach().clone(), head.bias.detach().clone()
+    before = num_log_probs()
+    reports = warm_start(model, dataset, NumericCollator(pad_token_id=0), batch_size=4, num_token_ridge=1e-3)
+    assert reports["regression"] is None
+    report = reports["num_token"]
+    assert report.positions == 6 * 7 and report.numbers == 12
+    assert report.nats_after < report.nats_before
+    after = num_log_probs()
+    follows_number = batch["input_ids"][:, 1:] == SMALL_NUM_ID  # (B,S-1)
+    assert float(after[follows_number].mean()) > float(before[follows_number].mean()) + 1.0
+    assert float(after[follows_number].exp().min()) > 0.5  # "token 9 before <NUM>" is learnable from the features
+    others = torch.arange(head.weight.shape[0]) != SMALL_NUM_ID
+    assert torch.equal(head.weight[others], before_weight[others])
+    assert torch.equal(head.bias[others], before_bias[others])
+    assert not torch.equal(head.weight[SMALL_NUM_ID], before_weight[SMALL_NUM_ID])
+    with pytest.raises(ValueError, match="<NUM> token warm start"):
+        warm_start(model, dataset, NumericCollator(pad_token_id=0), batch_size=4, num_token_ridge=float("nan"))

@@ -114,6 +114,11 @@ class TrainConfig:
     relative ridge ``λ`` (1e-3 is a good value), and the numbers' own noise at the fit's median absolute residual
     (`causal_qwen.training.warm_start`); read once before the first step, not on resume. None: the converted
     head (``N(0, 1/C)``)."""
+    num_token_warm_start: float | None = None
+    """Start the classification head's ``<NUM>`` row at the softmax-likelihood fit of "is the next token a number"
+    on the model's features, every other row fixed, with this ridge ``λ`` on standardised features (1e-3 is a
+    good value; `causal_qwen.training.warm_start`); read in the same pass as the regression warm start. Needed on a
+    real base, whose ``<NUM>`` row is a reserved row Qwen never trained. None: the converted row."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
@@ -174,6 +179,9 @@ class TrainConfig:
         need(self.regression_warm_start is None or (math.isfinite(self.regression_warm_start)
                                                     and self.regression_warm_start > 0),
              "regression_warm_start", "must be a positive ridge or null")
+        need(self.num_token_warm_start is None or (math.isfinite(self.num_token_warm_start)
+                                                   and self.num_token_warm_start > 0),
+             "num_token_warm_start", "must be a positive ridge or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")

@@ -60,7 +60,7 @@ from .run_folder import (
     staging_path,
 )
 from .train_config import TrainConfig
-from .warm_start import warm_start_regression
+from .warm_start import warm_start
 
 logger = logging.getLogger(__name__)
 
@@ -483,9 +483,10 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = tokenizer.eos_token_id
-    if config.regression_warm_start is not None and plan.checkpoint is None and plan.final_from is None:
-        warm_start_regression(model, train_dataset, NumericCollator(pad_token_id=pad_id),
-                              config.eval_batch_size or config.batch_size, ridge=config.regression_warm_start)
+    if plan.checkpoint is None and plan.final_from is None:  # a fresh start (a resumed run has its heads)
+        warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
+                   config.eval_batch_size or config.batch_size,
+                   regression_ridge=config.regression_warm_start, num_token_ridge=config.num_token_warm_start)
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))

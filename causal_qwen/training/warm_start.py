@@ -1,10 +1,12 @@
-"""A closed-form start for the regression head: least squares of the training numbers on the model's features.
+"""Closed-form starts for the number heads, read from the model's features before the first optimizer step.
 
-Shape legend: M number targets read, C causal size.
+Shape legend: M number targets read, N positions read for the token fit, C causal size, V vocabulary.
 
-Before the first optimizer step the training examples are read once, without gradients. Every position whose
-next token is ``<NUM>`` gives a pair ``(x_m, y_m)``: the individual's location ``loc_U`` there (C,) and the value
-that follows. The regression head starts at the ridge solution
+Before the first optimizer step the training examples are read once, without gradients (`read_positions`).
+
+**The regression head** (``regression_warm_start: λ``). Every position whose next token is ``<NUM>`` gives a pair
+``(x_m, y_m)``: the individual's location ``loc_U`` there (C,) and the value that follows. The regression head
+starts at the ridge solution
 
     [W_reg, b_reg] = argmin_{W,b}  Σ_m (W·x_m + b − y_m)²  +  M·λ·(‖X‖²_F/(M·C))·‖W‖²
 
@@ -13,12 +15,29 @@ model has one, at ``γ_Y = median_m |residual_m|``: the median absolute deviatio
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
 its learning rate per step, needs many steps to find this read-out (docs/design.md, "Fine-tuning a calibrated
 model"); fine-tuning then starts from it.
+
+**The ``<NUM>`` row of the classification head** (``num_token_warm_start: λ``). At conversion ``<NUM>`` is Qwen's
+reserved row K, which Qwen never trained: on real weights its logit lies about 20 nats below the digits' at every
+position where a number follows, so neither the softmax nor the One-vs-Rest decision ever writes ``<NUM>``, and
+at a learning rate that keeps the rest of the head in place fine-tuning does not lift it. The start fits that one
+row to the training positions, every other row fixed. With ``L_n = log Σ_{k≠K} exp(loc_S,k)`` at position n (the
+other rows' log partition), the softmax gives ``P_n(<NUM>) = σ(w·x_n + b − L_n)``, so maximising the training
+text's softmax likelihood over ``(w, b)`` alone is a logistic regression with the offset ``−L_n``:
+
+    (w, b) = argmin  (1/N) Σ_n [softplus(a_n) − y_n·a_n]  +  λ·‖w̃‖²,    a_n = w·x_n + b − L_n,
+
+with ``y_n = 1`` where the next token is ``<NUM>`` and ``w̃ = w ⊙ std(x)`` the weights on standardised features
+(the ridge is on those, so ``λ`` means the same for every base). It is convex; L-BFGS solves it in float64. The
+other rows, and with them ``loc_S`` of every other token, stay Qwen's. The thresholds and scales of the
+calibration are shared by every token, so the standard decision then writes ``<NUM>`` where its logit is the
+largest. The fit reads at most ``max_positions`` positions (the first batches, in the dataset's order).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -31,6 +50,8 @@ from ..core.losses import shift_targets
 logger = logging.getLogger(__name__)
 
 DEFAULT_RIDGE = 1e-3
+MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
+LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of positions at a time: (n,V) float32
 
 
 @dataclass
@@ -47,16 +68,67 @@ class WarmStartReport:
         return asdict(self)
 
 
+@dataclass
+class NumTokenStartReport:
+    """positions, numbers: positions read (those followed by ``<NUM>``); ridge: ``λ``; nats_before/after: the
+    fit's mean negative log-likelihood of "``<NUM>`` next or not" on those positions, with the converted row and
+    the fitted one; num_probability: the median softmax ``P(<NUM>)`` where a number follows, after the fit;
+    seconds: wall time of the fit."""
+
+    positions: int
+    numbers: int
+    ridge: float
+    nats_before: float
+    nats_after: float
+    num_probability: float
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainingPositions:
+    """What one pass over the training examples reads (`read_positions`).
+
+    number_features (M,C) float64: ``loc_U`` where the next token is ``<NUM>``; number_values (M,): that number.
+    token_features (N,C) float32, rest_log_partition (N,) float64 and next_is_number (N,) bool: every position
+    kept for the ``<NUM>`` row's fit (empty when not asked for)."""
+
+    number_features: Tensor
+    number_values: Tensor
+    token_features: Tensor
+    rest_log_partition: Tensor
+    next_is_number: Tensor
+
+
 @torch.no_grad()
-def number_features(model, batches) -> tuple[Tensor, Tensor]:
-    """``(X (M,C) float64, y (M,) float64)``: ``loc_U`` at every position whose next token is ``<NUM>``, and that
-    number's value, over ``batches`` of collated model inputs (``input_ids``, ``numeric_values``, ``attention_mask``)."""
+def rest_log_partition(head: torch.nn.Linear, loc_U: Tensor, num_token_id: int) -> Tensor:
+    """``L_n = log Σ_{k≠K} exp(W_k·loc_U,n + b_k)`` (N,) float64 for loc_U (N,C): the classification head's log
+    partition without row ``K = num_token_id``, a block of positions at a time."""
+    vocab = head.weight.shape[0]
+    chunk = max(1, LOGITS_PER_CHUNK // vocab)
+    parts = []
+    for start in range(0, loc_U.shape[0], chunk):
+        logits = head(loc_U[start : start + chunk].to(head.weight.dtype)).float()  # (n,V)
+        logits[:, num_token_id] = -math.inf
+        parts.append(torch.logsumexp(logits, dim=-1).double())
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+@torch.no_grad()
+def read_positions(model, batches, token_positions: int = 0) -> TrainingPositions:
+    """One pass over ``batches`` of collated model inputs (``input_ids``, ``numeric_values``, ``attention_mask``):
+    the number targets for the regression fit, and up to ``token_positions`` positions for the ``<NUM>`` row's fit
+    (the first ones read)."""
     num_id = model.config.num_token_id
-    features, values = [], []
+    head = model.action.classification_head
+    features, values, token_features, partitions, is_next_number = [], [], [], [], []
+    kept = 0
     total = len(batches) if hasattr(batches, "__len__") else None
     for index, batch in enumerate(batches):
         if total and index % max(1, total // 10) == 0:
-            logger.info("regression warm start: reading batch %d of %d", index + 1, total)
+            logger.info("warm start: reading batch %d of %d", index + 1, total)
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
         out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, use_cache=False,
                     return_scores=False)  # features only: no cache, no V-wide scores
@@ -66,9 +138,31 @@ def number_features(model, batches) -> tuple[Tensor, Tensor]:
         loc_U = out.loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
         features.append(loc_U[is_number].double())
         values.append(numbers[:, 1:].reshape(-1)[targets.positions][is_number].double())
-    if not features:
-        return torch.zeros(0, 0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
-    return torch.cat(features), torch.cat(values)
+        take = min(token_positions - kept, loc_U.shape[0])
+        if take > 0:
+            token_features.append(loc_U[:take].float())
+            partitions.append(rest_log_partition(head, loc_U[:take], num_id))
+            is_next_number.append(is_number[:take])
+            kept += take
+    causal_size = model.action.regression_head.weight.shape[-1]
+
+    def joined(parts: list[Tensor], *shape: int, dtype: torch.dtype) -> Tensor:
+        return torch.cat(parts) if parts else torch.zeros(*shape, dtype=dtype)
+
+    return TrainingPositions(
+        number_features=joined(features, 0, causal_size, dtype=torch.float64),
+        number_values=joined(values, 0, dtype=torch.float64),
+        token_features=joined(token_features, 0, causal_size, dtype=torch.float32),
+        rest_log_partition=joined(partitions, 0, dtype=torch.float64),
+        next_is_number=joined(is_next_number, 0, dtype=torch.bool),
+    )
+
+
+def number_features(model, batches) -> tuple[Tensor, Tensor]:
+    """``(X (M,C) float64, y (M,) float64)``: ``loc_U`` at every position whose next token is ``<NUM>``, and that
+    number's value (`read_positions` without the token fit's positions)."""
+    positions = read_positions(model, batches)
+    return positions.number_features, positions.number_values
 
 
 def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
@@ -82,27 +176,97 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
     return weight, mean_y - mean_x @ weight
 
 
+def offset_logistic_nats(
+    features: Tensor, offsets: Tensor, labels: Tensor, weight: Tensor, bias: Tensor
+) -> float:
+    """``(1/N) Σ_n softplus(a_n) − y_n·a_n`` with ``a_n = w·x_n + b − L_n`` (the module docstring, no penalty)."""
+    logits = features.double() @ weight.double() + bias.double() - offsets  # (N,)
+    return float((torch.nn.functional.softplus(logits) - labels.double() * logits).mean())
+
+
+def offset_logistic_fit(
+    features: Tensor, offsets: Tensor, labels: Tensor, ridge: float, max_iterations: int = 500
+) -> tuple[Tensor, Tensor]:
+    """The ``<NUM>`` row's fit of the module docstring: ``(w (C,), b ())`` float64 minimising
+    ``(1/N) Σ_n [softplus(a_n) − y_n·a_n] + λ·‖w ⊙ std(x)‖²``, ``a_n = w·x_n + b − L_n``.
+
+    features (N,C), offsets ``L`` (N,), labels ``y`` (N,) bool. Solved by L-BFGS on standardised features."""
+    x = features.double()
+    mean = x.mean(dim=0)  # (C,)
+    std = x.std(dim=0, unbiased=False)  # (C,)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    standardised = (x - mean) / std  # (N,C)
+    y = labels.double()  # (N,)
+    prevalence = float(y.mean().clamp(1e-6, 1 - 1e-6))
+    weight = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)  # (C,) on standardised features
+    bias = torch.tensor(math.log(prevalence / (1 - prevalence)) + float(offsets.mean()), dtype=torch.float64,
+                        requires_grad=True)
+    optimizer = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=max_iterations, history_size=20,
+                                  tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe")
+
+    def objective() -> Tensor:
+        optimizer.zero_grad()
+        logits = standardised @ weight + bias - offsets  # (N,)
+        loss = (torch.nn.functional.softplus(logits) - y * logits).mean() + ridge * weight.square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(objective)
+    fitted = weight.detach() / std  # (C,) on the raw features
+    return fitted, bias.detach() - mean @ fitted
+
+
 def warm_start_regression(
     model, dataset: Dataset, collator, batch_size: int, ridge: float = DEFAULT_RIDGE
 ) -> WarmStartReport | None:
     """Set ``W_reg``, ``b_reg`` (and ``γ_Y`` when the model has the numbers' own noise) from ``dataset`` as the
     module docstring says; returns None (and changes nothing) when the data hold no number. Every process of a
     distributed run reads the whole dataset in the same order, so all start from the same head."""
-    import time
+    return warm_start(model, dataset, collator, batch_size, regression_ridge=ridge)["regression"]
 
-    if not (math.isfinite(ridge) and ridge > 0):
-        raise ValueError(f"the ridge of the regression warm start must be a positive number, got {ridge!r}")
+
+def warm_start(
+    model,
+    dataset: Dataset,
+    collator,
+    batch_size: int,
+    regression_ridge: float | None = None,
+    num_token_ridge: float | None = None,
+    max_positions: int = MAX_TOKEN_POSITIONS,
+) -> dict[str, WarmStartReport | NumTokenStartReport | None]:
+    """The starts of the module docstring that have a ridge, from one pass over ``dataset``:
+    ``{"regression": report, "num_token": report}``, None for a start not asked for or without data (no number in
+    the data: both keep the converted values). Every process of a distributed run reads the whole dataset in the
+    same order, so all start from the same heads."""
+    for name, ridge in (("regression", regression_ridge), ("<NUM> token", num_token_ridge)):
+        if ridge is not None and not (math.isfinite(ridge) and ridge > 0):
+            raise ValueError(f"the ridge of the {name} warm start must be a positive number, got {ridge!r}")
+    reports: dict[str, WarmStartReport | NumTokenStartReport | None] = {"regression": None, "num_token": None}
+    if regression_ridge is None and num_token_ridge is None:
+        return reports
     started = time.perf_counter()
     was_training = model.training
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
     try:
-        features, values = number_features(model, loader)
+        positions = read_positions(model, loader, token_positions=max_positions if num_token_ridge else 0)
     finally:
         model.train(was_training)
-    if len(values) == 0:
-        logger.info("regression warm start: the training data hold no number; the head keeps its initial values")
-        return None
+    if len(positions.number_values) == 0:
+        logger.info("warm start: the training data hold no number; the heads keep their initial values")
+        return reports
+    read_seconds = time.perf_counter() - started
+    if regression_ridge is not None:
+        reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
+    if num_token_ridge is not None:
+        reports["num_token"] = _start_num_token(model, positions, num_token_ridge)
+    return reports
+
+
+def _start_regression(model, positions: TrainingPositions, ridge: float, read_seconds: float) -> WarmStartReport:
+    started = time.perf_counter()
+    features, values = positions.number_features, positions.number_values
     weight, bias = ridge_fit(features, values, ridge)
     residual = (features @ weight + bias - values).abs()  # (M,)
     head = model.action.regression_head
@@ -114,8 +278,28 @@ def warm_start_regression(
         if noise is not None and spread > 0:
             noise.weight.zero_()
             noise.bias.fill_(inverse_softplus(spread))
-    report = WarmStartReport(
-        numbers=len(values), ridge=ridge, train_mdae=spread, seconds=time.perf_counter() - started
-    )
+    report = WarmStartReport(numbers=len(values), ridge=ridge, train_mdae=spread,
+                             seconds=read_seconds + time.perf_counter() - started)
     logger.info("regression warm start: %s", report.to_dict())
+    return report
+
+
+def _start_num_token(model, positions: TrainingPositions, ridge: float) -> NumTokenStartReport:
+    started = time.perf_counter()
+    num_id = model.config.num_token_id
+    head = model.action.classification_head
+    features, offsets, labels = positions.token_features, positions.rest_log_partition, positions.next_is_number
+    before = offset_logistic_nats(features, offsets, labels, head.weight[num_id].detach(), head.bias[num_id].detach())
+    weight, bias = offset_logistic_fit(features, offsets, labels, ridge)
+    with torch.no_grad():
+        head.weight[num_id].copy_(weight.to(head.weight.dtype))
+        head.bias[num_id].copy_(bias.to(head.bias.dtype))
+        fitted = features[labels].double() @ weight + bias - offsets[labels]  # (M',) logit of P(<NUM>)
+    report = NumTokenStartReport(
+        positions=len(labels), numbers=int(labels.sum()), ridge=ridge, nats_before=before,
+        nats_after=offset_logistic_nats(features, offsets, labels, weight, bias),
+        num_probability=float(torch.sigmoid(fitted).median()) if fitted.numel() else math.nan,
+        seconds=time.perf_counter() - started,
+    )
+    logger.info("<NUM> token warm start: %s", report.to_dict())
     return report
