@@ -427,7 +427,8 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     config.model = str(converted)
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = run_training(config, callbacks=[ProgressLines(progress, prefix="    causal_qwen: ")])
+        result = run_training(config, callbacks=[ProgressLines(progress, prefix="    causal_qwen: ")],
+                              report=lambda line: progress(f"    causal_qwen: {line}"))  # the warm starts' lines
     seconds = time.perf_counter() - start  # training only, as for the digit-writer
     progress(f"  causal_qwen: trained in {seconds:.0f} s; forecasts and bits per byte of the {len(held_docs)} "
              "held-out days")

@@ -146,6 +146,7 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=said.append)
     for model in ("causal_qwen", "qwen_digits"):  # one line per logging step while a model fine-tunes
         assert any(line.strip().startswith(f"{model}: step 1/1, loss ") for line in said), (model, said)
+    assert any(line.strip().startswith("causal_qwen: <NUM> warm start: ") for line in said), said  # the example's
     for model in ("causal_qwen", "qwen_digits"):
         for key in ("mdae", "coverage_50", "coverage_90", "log_score", "scale_error_spearman", "train_seconds",
                     *bench.BITS_FIGURES):

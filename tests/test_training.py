@@ -196,8 +196,12 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
     run = config(assets, tmp_path, max_steps=1, regression_warm_start=1e-3, regression_learning_rate=0.0,
                  num_token_warm_start=1e-2, learning_rate=0.0, freeze_backbone=True, model_config=model_config)
-    result = run_training(run)
+    lines: list[str] = []
+    result = run_training(run, report=lines.append)
     trained = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert any(line.startswith("warm start: reading batch 1 of") for line in lines), lines
+    assert any(line.startswith("regression warm start:") for line in lines), lines
+    assert any(line.startswith("<NUM> warm start:") for line in lines), lines
 
     tokenizer = NumericTokenizer.from_pretrained(str(assets / "tokenizer"))
     dataset, _ = build_datasets(run, tokenizer)

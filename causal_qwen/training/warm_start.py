@@ -28,9 +28,10 @@ text's softmax likelihood over ``(w, b)`` alone is a logistic regression with th
 
 with ``y_n = 1`` where the next token is ``<NUM>`` and ``w̃ = w ⊙ std(x)`` the weights on standardised features
 (the ridge is on those, so ``λ`` means the same for every base). It is convex; L-BFGS solves it in float64. The
-other rows, and with them ``loc_S`` of every other token, stay Qwen's. The thresholds and scales of the
-calibration are shared by every token, so the standard decision then writes ``<NUM>`` where its logit is the
-largest. The fit reads at most ``max_positions`` positions (the first batches, in the dataset's order).
+other rows, and with them ``loc_S`` of every other token, stay Qwen's. The calibrated decision scale is nearly the
+same for every token (docs/design.md, "Calibration at conversion"), so the standard decision then writes ``<NUM>``
+where its logit is the largest. The fit reads at most ``max_positions`` positions (the first ones, in the dataset's
+order).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -117,10 +119,12 @@ def rest_log_partition(head: torch.nn.Linear, loc_U: Tensor, num_token_id: int) 
 
 
 @torch.no_grad()
-def read_positions(model, batches, token_positions: int = 0) -> TrainingPositions:
+def read_positions(
+    model, batches, token_positions: int = 0, progress: Callable[[str], None] | None = None
+) -> TrainingPositions:
     """One pass over ``batches`` of collated model inputs (``input_ids``, ``numeric_values``, ``attention_mask``):
     the number targets for the regression fit, and up to ``token_positions`` positions for the ``<NUM>`` row's fit
-    (the first ones read)."""
+    (the first ones read). ``progress`` gets a line at every tenth of the batches."""
     num_id = model.config.num_token_id
     head = model.action.classification_head
     features, values, token_features, partitions, is_next_number = [], [], [], [], []
@@ -129,6 +133,8 @@ def read_positions(model, batches, token_positions: int = 0) -> TrainingPosition
     for index, batch in enumerate(batches):
         if total and index % max(1, total // 10) == 0:
             logger.info("warm start: reading batch %d of %d", index + 1, total)
+            if progress is not None:
+                progress(f"warm start: reading batch {index + 1} of {total}")
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
         out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, use_cache=False,
                     return_scores=False)  # features only: no cache, no V-wide scores
@@ -179,7 +185,7 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
 def offset_logistic_nats(
     features: Tensor, offsets: Tensor, labels: Tensor, weight: Tensor, bias: Tensor
 ) -> float:
-    """``(1/N) Σ_n softplus(a_n) − y_n·a_n`` with ``a_n = w·x_n + b − L_n`` (the module docstring, no penalty)."""
+    """``(1/N) Σ_n [softplus(a_n) − y_n·a_n]``, ``a_n = w·x_n + b − L_n`` (the module docstring, no penalty)."""
     logits = features.double() @ weight.double() + bias.double() - offsets  # (N,)
     return float((torch.nn.functional.softplus(logits) - labels.double() * logits).mean())
 
@@ -234,11 +240,13 @@ def warm_start(
     regression_ridge: float | None = None,
     num_token_ridge: float | None = None,
     max_positions: int = MAX_TOKEN_POSITIONS,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, WarmStartReport | NumTokenStartReport | None]:
     """The starts of the module docstring that have a ridge, from one pass over ``dataset``:
     ``{"regression": report, "num_token": report}``, None for a start not asked for or without data (no number in
     the data: both keep the converted values). Every process of a distributed run reads the whole dataset in the
-    same order, so all start from the same heads."""
+    same order, so all start from the same heads. ``progress`` gets one-line messages (the pass takes a forward
+    pass over the training set: minutes for a real base on a CPU)."""
     for name, ridge in (("regression", regression_ridge), ("<NUM> token", num_token_ridge)):
         if ridge is not None and not (math.isfinite(ridge) and ridge > 0):
             raise ValueError(f"the ridge of the {name} warm start must be a positive number, got {ridge!r}")
@@ -250,7 +258,8 @@ def warm_start(
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
     try:
-        positions = read_positions(model, loader, token_positions=max_positions if num_token_ridge else 0)
+        positions = read_positions(model, loader, token_positions=max_positions if num_token_ridge else 0,
+                                   progress=progress)
     finally:
         model.train(was_training)
     if len(positions.number_values) == 0:
@@ -258,9 +267,16 @@ def warm_start(
         return reports
     read_seconds = time.perf_counter() - started
     if regression_ridge is not None:
-        reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
+        regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
+        if progress is not None:
+            progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}, median "
+                     f"absolute residual {regression.train_mdae:.4g} ({regression.seconds:.0f} s)")
     if num_token_ridge is not None:
-        reports["num_token"] = _start_num_token(model, positions, num_token_ridge)
+        row = reports["num_token"] = _start_num_token(model, positions, num_token_ridge)  # the <NUM> row's report
+        if progress is not None:
+            progress(f"<NUM> warm start: {row.positions} positions ({row.numbers} before a number), ridge "
+                     f"{row.ridge:g}, nats per position {row.nats_before:.4g} -> {row.nats_after:.4g}, median "
+                     f"P(<NUM>) before a number {row.num_probability:.4f} ({row.seconds:.0f} s)")
     return reports
 
 
