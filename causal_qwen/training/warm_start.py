@@ -115,7 +115,7 @@ def rest_log_partition(head: torch.nn.Linear, loc_U: Tensor, num_token_id: int) 
         logits = head(loc_U[start : start + chunk].to(head.weight.dtype)).float()  # (n,V)
         logits[:, num_token_id] = -math.inf
         parts.append(torch.logsumexp(logits, dim=-1).double())
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=loc_U.device)
 
 
 @torch.no_grad()
@@ -127,6 +127,7 @@ def read_positions(
     (the first ones read). ``progress`` gets a line at every tenth of the batches."""
     num_id = model.config.num_token_id
     head = model.action.classification_head
+    device = head.weight.device  # the batches go where the model is
     features, values, token_features, partitions, is_next_number = [], [], [], [], []
     kept = 0
     total = len(batches) if hasattr(batches, "__len__") else None
@@ -135,6 +136,7 @@ def read_positions(
             logger.info("warm start: reading batch %d of %d", index + 1, total)
             if progress is not None:
                 progress(f"warm start: reading batch {index + 1} of {total}")
+        batch = {key: value.to(device) for key, value in batch.items() if isinstance(value, Tensor)}
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
         out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, use_cache=False,
                     return_scores=False)  # features only: no cache, no V-wide scores
@@ -153,7 +155,7 @@ def read_positions(
     causal_size = model.action.regression_head.weight.shape[-1]
 
     def joined(parts: list[Tensor], *shape: int, dtype: torch.dtype) -> Tensor:
-        return torch.cat(parts) if parts else torch.zeros(*shape, dtype=dtype)
+        return torch.cat(parts) if parts else torch.zeros(*shape, dtype=dtype, device=device)
 
     return TrainingPositions(
         number_features=joined(features, 0, causal_size, dtype=torch.float64),
@@ -177,7 +179,8 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
     mean_x, mean_y = features.mean(dim=0), values.mean()  # centring leaves the bias out of the penalty
     centred = features - mean_x  # (M,C)
     penalty = ridge * float(features.square().sum()) / causal_size  # M·λ·(‖X‖²_F/(M·C))
-    gram = centred.T @ centred + penalty * torch.eye(causal_size, dtype=features.dtype)  # (C,C)
+    eye = torch.eye(causal_size, dtype=features.dtype, device=features.device)
+    gram = centred.T @ centred + penalty * eye  # (C,C)
     weight = torch.linalg.solve(gram, centred.T @ (values - mean_y))  # (C,)
     return weight, mean_y - mean_x @ weight
 
@@ -204,9 +207,9 @@ def offset_logistic_fit(
     standardised = (x - mean) / std  # (N,C)
     y = labels.double()  # (N,)
     prevalence = float(y.mean().clamp(1e-6, 1 - 1e-6))
-    weight = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)  # (C,) on standardised features
+    weight = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device, requires_grad=True)  # (C,) standardised
     bias = torch.tensor(math.log(prevalence / (1 - prevalence)) + float(offsets.mean()), dtype=torch.float64,
-                        requires_grad=True)
+                        device=x.device, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=max_iterations, history_size=20,
                                   tolerance_grad=1e-10, tolerance_change=1e-14, line_search_fn="strong_wolfe")
 
