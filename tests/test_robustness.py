@@ -381,6 +381,28 @@ def test_resuming_a_finished_run_does_nothing_and_says_so(assets, finished_run, 
     assert "already holds checkpoints or a trained model (latest checkpoint-6, final/)" in line
 
 
+def test_resuming_a_finished_run_clears_what_a_kill_after_publishing_left(assets, finished_run, tmp_path):
+    """A run killed between publishing ``final/`` and removing the emptied ``.staging/`` (or deleting the moved-aside
+    ``.trash-*`` folder) is finished: its resume trains nothing, removes those leftovers and keeps every other file."""
+    import shutil
+
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import run_training
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = snapshot(run)
+    (run / ".staging").mkdir()
+    (run / ".trash-checkpoint-2").mkdir()
+    (run / ".trash-checkpoint-2" / "model.safetensors").write_bytes(b"old")
+    said: list[str] = []
+    result = run_training(TrainConfig(**settings(assets, run)).validate("test"), resume=True, report=said.append)
+    assert not result.trained and result.global_step == 6
+    assert any("already finished at step 6" in line for line in said), said
+    assert not (run / ".staging").exists() and not (run / ".trash-checkpoint-2").exists()
+    assert snapshot(run) == before
+
+
 def test_partial_checkpoint_is_skipped_and_named(assets, finished_run, tmp_path):
     """A checkpoint folder without its trainer state (as a killed run of an older version could leave) is
     never resumed from: --resume names it and takes the newest complete one."""

@@ -122,5 +122,12 @@ def test_num_token_warm_start_fits_the_num_row_alone_and_the_softmax_follows_it(
     assert torch.equal(head.weight[others], before_weight[others])
     assert torch.equal(head.bias[others], before_bias[others])
     assert not torch.equal(head.weight[SMALL_NUM_ID], before_weight[SMALL_NUM_ID])
+    # numbers only after the positions the token fit reads: the row is left alone, and the user is told
+    said: list[str] = []
+    kept = head.weight[SMALL_NUM_ID].detach().clone()
+    reports = warm_start(model, dataset, NumericCollator(pad_token_id=0), batch_size=4, num_token_ridge=1e-3,
+                         max_positions=1, progress=said.append)  # "5 -> 9" only
+    assert reports["num_token"] is None and torch.equal(head.weight[SMALL_NUM_ID], kept)
+    assert any("no number follows any of the 1 positions read" in line for line in said), said
     with pytest.raises(ValueError, match="<NUM> token warm start"):
         warm_start(model, dataset, NumericCollator(pad_token_id=0), batch_size=4, num_token_ridge=float("nan"))

@@ -453,6 +453,7 @@ def run_training(
             if report is not None:
                 report(plan.message)
         if plan.finished and plan.final_from is None:
+            clear_for_run(plan, output_dir)  # a run killed after publishing final/ may leave an empty .staging/
             return _finished_result(config, plan)
         return _train(config, plan, callbacks, report)
 

@@ -274,7 +274,13 @@ def warm_start(
         if progress is not None:
             progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}, median "
                      f"absolute residual {regression.train_mdae:.4g} ({regression.seconds:.0f} s)")
-    if num_token_ridge is not None:
+    if num_token_ridge is not None and not bool(positions.next_is_number.any()):
+        message = (f"<NUM> warm start: no number follows any of the {len(positions.next_is_number)} positions read; "
+                   "the <NUM> row keeps its converted values")
+        logger.info("%s", message)
+        if progress is not None:
+            progress(message)
+    elif num_token_ridge is not None:
         row = reports["num_token"] = _start_num_token(model, positions, num_token_ridge)  # the <NUM> row's report
         if progress is not None:
             progress(f"<NUM> warm start: {row.positions} positions ({row.numbers} before a number), ridge "
