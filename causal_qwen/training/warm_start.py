@@ -166,13 +166,6 @@ def read_positions(
     )
 
 
-def number_features(model, batches) -> tuple[Tensor, Tensor]:
-    """``(X (M,C) float64, y (M,) float64)``: ``loc_U`` at every position whose next token is ``<NUM>``, and that
-    number's value (`read_positions` without the token fit's positions)."""
-    positions = read_positions(model, batches)
-    return positions.number_features, positions.number_values
-
-
 def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
     """The ridge solution of the module docstring: ``(W (C,), b ())`` in float64. features (M,C), values (M,)."""
     count, causal_size = features.shape
