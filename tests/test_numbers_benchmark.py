@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from causal_qwen.core.numbers import find_numbers
 from causal_qwen.evaluation import baselines
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "numbers.py"
@@ -94,8 +95,15 @@ def test_tables_and_splits(bench):
     assert len(seattle.held_out_rows()) == 365 and all(r["date"] >= "2015" for r in seattle.held_out_rows())
     assert len(cars.rows) == 392 and len(cars.held_out_rows()) == 98  # 406 cars, 14 with a missing field
     assert len(barley.rows) == 120 and len(barley.held_out_rows()) == 36
-    assert cars.predictors == ["Origin", "Year", "Cylinders", "Displacement", "Horsepower", "Weight_in_lbs",
+    # The sentence writes the model year as the source's date (text to the number grammar); the baselines read
+    # it as the number of the year.
+    assert cars.predictors == ["Origin", "Model_year", "Cylinders", "Displacement", "Horsepower", "Weight_in_lbs",
                                "Acceleration"]
+    assert all(row["Year"] == row["Model_year"] + "-01-01" for row in cars.rows)
+    sentence = cars.template.format(**cars.rows[0])
+    assert [n.value for n in find_numbers(sentence)] == [float(cars.rows[0][name]) for name in cars.numeric_fields]
+    assert cars.numeric_fields == ["Cylinders", "Displacement", "Horsepower", "Weight_in_lbs", "Acceleration",
+                                   "Miles_per_Gallon"]
     assert barley.numeric_fields == ["year", "yield"]
     assert [r["fold"] for r in bench.cars().rows] == [r["fold"] for r in cars.rows]  # a fixed split
 
