@@ -8,7 +8,8 @@ number is the target; the predictors are the template's other fields:
 
     seattle-weather  daily high temp_max from precipitation and temp_min; train 2012-2014, held out 2015
     cars             Miles_per_Gallon from origin, model year, cylinders, displacement, horsepower, weight,
-                     acceleration (rows with a missing field dropped); held out: a seeded 25% of the cars
+                     acceleration (rows with a missing field dropped; the sentence writes the year as the source's
+                     date, which stays text, the baselines read it as a number); held out: a seeded 25% of the cars
     barley           yield from variety, site and year; held out: a seeded 30% of the 120 plots
 
 Models, all fitted on the training rows in the same run (`causal_qwen.evaluation.baselines` gives the baselines'
