@@ -125,8 +125,10 @@ REAL_WEIGHTS: dict[str, Any] = dict(
     qwen_digits=dict(learning_rate=2e-5, lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.0,
                      max_grad_norm=1.0, optim="adamw_torch_fused"),
 )
-# bits on the held-out sentences (`TextBits.metrics`): all characters, the numbers', the others', per number
-BITS_FIGURES = ("bits_per_byte", "number_bits_per_byte", "other_bits_per_byte", "bits_per_number")
+# bits on the held-out sentences (`TextBits.metrics`): all characters, the numbers', the others', per number, and
+# per number in the order written (the example's template: rain, low, high)
+BITS_FIGURES = ("bits_per_byte", "number_bits_per_byte", "other_bits_per_byte", "bits_per_number",
+                "bits_per_number_by_order")
 REAL_WEIGHTS_QUICK: dict[str, Any] = dict(steps=1, held_out_stride=73, samples=2)  # a smoke run: 5 days
 
 # Issue 11's acceptance for causal_qwen on each table.
@@ -457,7 +459,8 @@ def _real_causal(config, held_docs, true, texts, progress) -> dict:
     bits = text_bits(model, tokenizer, texts).metrics()
     figures = {**baselines.forecast_figures(forecast, true), "steps": result.global_step,
                "convert_seconds": convert_seconds,
-               **{name: bits[name] for name in BITS_FIGURES + ("num_token_bits", "number_value_bits")}}
+               **{name: bits[name] for name in BITS_FIGURES + ("num_token_bits", "number_value_bits",
+                                                               "number_value_bits_best_scale")}}
     del model
     return figures
 

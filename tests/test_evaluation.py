@@ -256,7 +256,7 @@ def test_cli_eval_errors(tiny_dir, tmp_path, capsys):
     assert "cannot write" in capsys.readouterr().err
 
 
-def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
+def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path, capsys):
     from causal_qwen.cli import main
 
     table = tmp_path / "table.csv"
@@ -276,6 +276,10 @@ def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path):
     texts = ["Day 1: high 10.5 C.", "Day 2: high 11.0 C.", "Day 3: high 12.5 C."]
     assert metrics["text_bytes"] == sum(len(t.encode()) for t in texts)
     assert metrics["bits_numbers"] == 6 and metrics["bits_per_byte"] > 0
+    day, high = metrics["bits_per_number_by_order"]  # each sentence's two numbers, in order
+    assert (day + high) * 3 == pytest.approx(metrics["number_bits"], rel=1e-9)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("bits per number, 1st")]
+    assert len(printed) == 1 and printed[0].endswith(f"  {day:.4g} / {high:.4g}"), printed
 
 
 # ---- log score, scale-error correlation, PIT ---------------------------------------------------------------
@@ -368,15 +372,15 @@ def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_
     fine = evaluation.text_bits(model, tokenizer, ["The high was 12.80 C."])
     assert coarse.numbers == fine.numbers == 1
     assert fine.bytes == coarse.bytes + 1
-    # same tokens, same value; only the interval shrinks from ±0.05 to ±0.005
+    # same tokens, same value; only the interval shrinks from ±0.05 to ±0.005. The text is scored as it is
+    # trained: the number from the text's own pass, no context token before it.
     encoded = tokenizer(["The high was 12.8 C."])
-    context = torch.tensor([[tokenizer.eos_token_id]])
-    ids = torch.cat([context, encoded["input_ids"]], dim=1)
-    values = torch.cat([torch.zeros(1, 1), encoded["numeric_values"]], dim=1)
+    ids, values = encoded["input_ids"], encoded["numeric_values"]  # (1,S)
     out = model(input_ids=ids, numeric_values=values)
     position = int((ids[0] == model.config.num_token_id).nonzero()[0]) - 1  # predicts the <NUM>
     p_num = float(torch.softmax(out.loc_S[0, position].double(), -1)[model.config.num_token_id])
-    y = torch.distributions.Cauchy(out.loc_Y[0, position].double(), out.scale_Y[0, position].double())
+    loc, scale = out.loc_Y[0, position].double(), out.scale_Y[0, position].double()
+    y = torch.distributions.Cauchy(loc, scale)
     v = torch.tensor(float(values[0, position + 1]), dtype=torch.float64)
     for totals, half in ((coarse, 0.05), (fine, 0.005)):
         mass = float(y.cdf(v + half) - y.cdf(v - half))
@@ -385,6 +389,13 @@ def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_
         figures = totals.metrics()
         assert figures["number_value_bits"] == pytest.approx(-math.log2(mass), rel=1e-6)
         assert figures["bits_per_number"] == pytest.approx(totals.number_bits)
+        # the best scale for this location, found by search, and never more bits than the model's own scale
+        gammas = torch.logspace(-4, 4, 20001, dtype=torch.float64)
+        best = y.__class__(loc, gammas)
+        best_mass = float((best.cdf(v + half) - best.cdf(v - half)).max())
+        assert figures["number_value_bits_best_scale"] == pytest.approx(-math.log2(best_mass), rel=1e-4)
+        assert figures["number_value_bits_best_scale"] <= figures["number_value_bits"] + 1e-9
+        assert totals.numbers_by_order == [1] and figures["bits_per_number_by_order"] == [totals.number_bits]
     assert fine.bits - coarse.bits == pytest.approx(fine.number_bits - coarse.number_bits, rel=1e-6)
     with pytest.raises(ValueError, match="token_probability"):
         evaluation.text_bits(model, tokenizer, ["x"], token_probability="logits")
@@ -392,3 +403,64 @@ def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_
         evaluation.text_bits(model, tokenizer, [])
     ovr = evaluation.text_bits(model, tokenizer, ["The high was 12.8 C."], token_probability="ovr")
     assert math.isfinite(ovr.bits) and ovr.bits != coarse.bits
+
+
+@torch.no_grad()
+def test_text_bits_score_the_first_token_after_a_lone_end_of_text(tiny_model_and_tokenizer):
+    """No position of a text predicts its first token: the model's prediction after a lone <|endoftext|> does,
+    a number included; every later token comes from the text's own pass."""
+    model, tokenizer = tiny_model_and_tokenizer
+    text = "12.8 C was the high."
+    totals = evaluation.text_bits(model, tokenizer, [text])
+    encoded = tokenizer([text])
+    ids, values = encoded["input_ids"], encoded["numeric_values"]  # (1,S)
+    assert int(ids[0, 0]) == model.config.num_token_id
+    alone = model(input_ids=torch.tensor([[tokenizer.eos_token_id]]), numeric_values=torch.zeros(1, 1))
+    own = model(input_ids=ids, numeric_values=values)
+    log_p_first = torch.log_softmax(alone.loc_S[0, 0].double(), -1)[model.config.num_token_id]
+    first = torch.distributions.Cauchy(alone.loc_Y[0, 0].double(), alone.scale_Y[0, 0].double())
+    v = float(values[0, 0])
+    mass = first.cdf(torch.tensor(v + 0.05, dtype=torch.float64)) - first.cdf(torch.tensor(v - 0.05, dtype=torch.float64))
+    rest = torch.log_softmax(own.loc_S[0, :-1].double(), -1).gather(1, ids[0, 1:].unsqueeze(1)).sum()
+    expected_bits = -(float(log_p_first) + math.log(float(mass)) + float(rest)) / math.log(2)
+    assert totals.tokens == ids.shape[1] and totals.numbers == 1
+    assert totals.bits == pytest.approx(expected_bits, rel=1e-6)
+    assert totals.number_bits == pytest.approx(-(float(log_p_first) + math.log(float(mass))) / math.log(2), rel=1e-6)
+
+
+@torch.no_grad()
+def test_qwen_text_bits_count_each_number_s_tokens_in_its_order():
+    from causal_qwen.conversion.presets import build_preset
+    from causal_qwen.core.numbers import find_numbers
+    from causal_qwen.core.tokenizer import build_qwen25_base_tokenizer
+
+    qwen, tokenizer = build_preset("random:tiny"), build_qwen25_base_tokenizer()
+    texts = ["Rain 0.0 mm, high 12.8 C.", "Rain 5 mm, high 9.4 C."]
+    totals = evaluation.qwen_text_bits(qwen, tokenizer, texts)
+    by_hand = [0.0, 0.0]
+    for text in texts:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = torch.tensor([[tokenizer.eos_token_id] + list(encoded["input_ids"])])  # the lone start, then the text
+        start_logits = qwen(input_ids=ids[:, :1]).logits[0, 0]
+        own_logits = qwen(input_ids=ids[:, 1:]).logits[0, :-1]  # the text's own pass: no context token
+        log_p = torch.log_softmax(torch.cat([start_logits[None], own_logits]).double(), -1).gather(
+            1, ids[0, 1:, None])[:, 0]  # (S,)
+        for order, span in enumerate(find_numbers(text)):
+            inside = [span.start < end and start < span.end for start, end in encoded["offset_mapping"]]
+            by_hand[order] += -float(log_p[torch.tensor(inside)].sum()) / math.log(2)
+    assert totals.numbers_by_order == [2, 2]
+    assert totals.number_bits_by_order == pytest.approx(by_hand, rel=1e-6)
+    assert sum(totals.number_bits_by_order) == pytest.approx(totals.number_bits, rel=1e-9)
+    assert totals.metrics()["bits_per_number_by_order"] == pytest.approx([b / 2 for b in by_hand], rel=1e-6)
+
+
+def test_best_scale_interval_log_mass():
+    error = torch.tensor([0.0, 0.03, 0.05, 0.2, 3.0, -3.0], dtype=torch.float64)
+    half = torch.full_like(error, 0.05)
+    log_mass = evaluation.best_scale_interval_log_mass(error, half)
+    assert log_mass[:3].tolist() == [0.0, 0.0, 0.0]  # the interval holds the centre: a scale → 0 takes it all
+    gammas = torch.logspace(-4, 3, 70001, dtype=torch.float64).unsqueeze(1)  # (G,1)
+    for e, got in zip(error[3:], log_mass[3:]):
+        y = torch.distributions.Cauchy(e, gammas)
+        searched = (y.cdf(torch.tensor(0.05, dtype=torch.float64)) - y.cdf(torch.tensor(-0.05, dtype=torch.float64))).max()
+        assert float(got) == pytest.approx(math.log(float(searched)), rel=1e-6)

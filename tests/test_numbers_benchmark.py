@@ -161,8 +161,10 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
             assert key in figures[model], (model, key)
         assert figures[model]["count"] == 5
         assert 0 < figures[model]["bits_per_byte"] < 64
+        assert len(figures[model]["bits_per_number_by_order"]) == 3  # rain, low, high
     causal = figures["causal_qwen"]  # its number bits: the <NUM> token's and the value's
     assert causal["num_token_bits"] > 0 and causal["number_value_bits"] > 0
+    assert 0 <= causal["number_value_bits_best_scale"] <= causal["number_value_bits"]
     assert math.isfinite(figures["causal_qwen"]["mdae"])
     assert 0 <= figures["qwen_digits"]["unparsable_samples"] <= 10
     assert set(figures["acceptance"]) == set(bench.REAL_ACCEPTANCE)

@@ -187,6 +187,7 @@ def format_metrics(metrics: dict) -> str:
         ("ovr_prob_sum", "mean sum of OvR probabilities"),
         ("bits_per_byte", "bits per byte of the raw text"),
         ("number_bits_per_byte", "bits per byte of the numbers' characters"),
+        ("bits_per_number_by_order", "bits per number, 1st / 2nd / ... of a text"),
         ("num_count", "number targets"),
         ("number_target", "numbers scored: the target field"),
         ("num_mdae", "median absolute error of loc_Y"),
@@ -212,4 +213,6 @@ def _fmt(value) -> str:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
+    if isinstance(value, list):
+        return " / ".join(_fmt(item) for item in value)
     return str(value)

@@ -42,7 +42,10 @@ both a calibrated 50% and a calibrated 90% interval. `rescaling_range` finds eve
 coverages inside chosen bands (none, when the shape forbids it).
 
 Bits per byte of the raw text (`text_bits`, `qwen_text_bits`): one likelihood for two ways of reading
-numbers. Each text is scored after an ``<|endoftext|>`` context token, so every token of it is predicted:
+numbers. Each text is scored as it is trained, on its own (a training document has no context token before
+it): token i+1 from position i of the text itself, and the first token, which no position of the text
+predicts, from the model's prediction after a lone ``<|endoftext|>`` (the same for every text), so every token
+is predicted:
 
     bits_per_byte = Σ_texts Σ_tokens −log2 p(token) / Σ_texts (UTF-8 bytes of the text)
 
@@ -793,21 +796,49 @@ def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tens
     return torch.log(angle / math.pi)
 
 
+def best_scale_interval_log_mass(error: Tensor, half: Tensor) -> Tensor:
+    """``log max_γ P(v − h ≤ Y ≤ v + h)`` for ``Y ~ Cauchy(v + e, γ)`` (float64, broadcast): the most a Cauchy
+    centred ``|e|`` = ``error`` away from the value can put on the value's interval (half-width ``h`` = ``half``)
+    when its scale is chosen knowing the answer. For ``|e| > h`` the best scale is ``γ = √(e² − h²)`` and the mass
+    ``atan(h / √(e² − h²)) / π``; for ``|e| ≤ h`` it tends to 1 as γ → 0.
+    """
+    error, half = error.double().abs(), half.double()
+    outside = error > half
+    gap = torch.sqrt((error**2 - half**2).clamp_min(0)).where(outside, torch.ones_like(error))
+    return torch.where(outside, torch.log(torch.atan(half / gap) / math.pi), torch.zeros_like(error))
+
+
 @dataclass
 class TextBits:
     """Totals of `text_bits` / `qwen_text_bits`: bits over every token of the texts, and the part spent on
     tokens inside numbers (CausalQwen: the ``<NUM>`` tokens with their value; Qwen: the tokens that overlap a
     number's characters). CausalQwen's number bits split into the ``<NUM>`` token's ``−log₂ P(<NUM>)``
-    (``num_token_bits``) and the value's ``−log₂`` interval mass (the rest); Qwen has no such split (0)."""
+    (``num_token_bits``) and the value's ``−log₂`` interval mass (the rest); Qwen has no such split (0).
+    ``value_bits_best_scale``: what the values would cost with each number's scale chosen knowing the answer
+    (`best_scale_interval_log_mass`): the part of the value bits that no calibration of the scales removes.
+    ``number_bits_by_order[k]``: the bits of every text's k-th number (with a template, one field), over
+    ``numbers_by_order[k]`` numbers."""
 
     bits: float = 0.0
     number_bits: float = 0.0
     num_token_bits: float = 0.0
+    value_bits_best_scale: float = 0.0
+    number_bits_by_order: list[float] = field(default_factory=list)
+    numbers_by_order: list[int] = field(default_factory=list)
     bytes: int = 0
     number_bytes: int = 0
     tokens: int = 0
     numbers: int = 0
     texts: int = 0
+
+    def add_numbers(self, bits: Iterable[float]) -> None:
+        """Count one text's numbers, ``bits`` in the order they are written."""
+        for order, number_bits in enumerate(bits):
+            if order == len(self.numbers_by_order):
+                self.number_bits_by_order.append(0.0)
+                self.numbers_by_order.append(0)
+            self.number_bits_by_order[order] += number_bits
+            self.numbers_by_order[order] += 1
 
     def metrics(self) -> dict[str, Any]:
         nan = float("nan")
@@ -821,7 +852,10 @@ class TextBits:
             "number_bits": self.number_bits,
             "num_token_bits": self.num_token_bits,
             "number_value_bits": self.number_bits - self.num_token_bits,
+            "number_value_bits_best_scale": self.value_bits_best_scale,
             "bits_per_number": self.number_bits / self.numbers if self.numbers else nan,
+            "bits_per_number_by_order": [bits / count for bits, count in zip(self.number_bits_by_order,
+                                                                             self.numbers_by_order)],
             "number_bytes": self.number_bytes,
             "bits_tokens": self.tokens,
             "bits_numbers": self.numbers,
@@ -852,34 +886,42 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
     totals = TextBits()
     try:
         with cauchy.reuse_abs_weights():
+            lone = torch.tensor([[context]], device=device)  # (1,1)
+            alone = model(input_ids=lone, numeric_values=torch.zeros(1, 1, device=device), return_scores=False)
+            start_state = {name: getattr(alone, name) for name in ("loc_U", "scale_U", "loc_Y", "scale_Y")}
             for start in range(0, len(texts), batch_size):
                 batch = texts[start : start + batch_size]
                 encoded = tokenizer(batch, padding=True, padding_side="right")
-                ids = torch.cat([torch.full((len(batch), 1), context), encoded["input_ids"]], dim=1).to(device)  # (B,S)
-                values = torch.cat([torch.zeros(len(batch), 1), encoded["numeric_values"]], dim=1).to(device)  # (B,S)
-                mask = torch.cat([torch.ones(len(batch), 1, dtype=torch.long), encoded["attention_mask"]], 1).to(device)
-                out = model(input_ids=ids, numeric_values=values, attention_mask=mask, return_scores=False)
-                targets = ids[:, 1:]  # (B,S-1) position i predicts token i+1
-                keep = mask[:, 1:].bool()  # (B,S-1)
+                ids = encoded["input_ids"].to(device)  # (B,S)
+                values = encoded["numeric_values"].to(device)  # (B,S)
+                keep = encoded["attention_mask"].to(device).bool()  # (B,S)
+                out = model(input_ids=ids, numeric_values=values, attention_mask=keep.long(), return_scores=False)
+                # the prediction for token j: position j-1 of the text, and the start's for j = 0
+                loc_U, scale_U, loc_Y, scale_Y = (_after_start(start_state[name], getattr(out, name))
+                                                  for name in ("loc_U", "scale_U", "loc_Y", "scale_Y"))
                 rows, cols = keep.nonzero(as_tuple=True)  # (N,), (N,)
-                token_ids = targets[rows, cols]  # (N,)
-                log_p = _token_log_probs(model, out.loc_U[:, :-1][rows, cols], out.scale_U[:, :-1][rows, cols],
-                                         token_ids, token_probability)  # (N,) natural log
+                token_ids = ids[rows, cols]  # (N,)
+                log_p = _token_log_probs(model, loc_U[rows, cols], scale_U[rows, cols], token_ids,
+                                         token_probability)  # (N,) natural log
                 is_number = token_ids == num_id  # (N,)
                 half_units = []
                 for text in batch:
                     half_units += [0.5 * span.unit for span in tokenizer.find_numbers(text)]
                 if len(half_units) != int(is_number.sum()):
                     raise RuntimeError("the <NUM> tokens do not match the numbers found in the texts")
-                v = values[:, 1:][rows, cols][is_number].double()  # (M,)
+                v = values[rows, cols][is_number].double()  # (M,)
                 h = torch.tensor(half_units, dtype=torch.float64, device=device)  # (M,)
-                loc = out.loc_Y[:, :-1][rows, cols][is_number].double()
-                scale = out.scale_Y[:, :-1][rows, cols][is_number].double()
+                loc = loc_Y[rows, cols][is_number].double()
+                scale = scale_Y[rows, cols][is_number].double()
                 number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
                 nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
                 totals.bits += nats / math.log(2)
                 totals.number_bits += -float(number_log_p.sum()) / math.log(2)
                 totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)
+                totals.value_bits_best_scale += -float(best_scale_interval_log_mass(v - loc, h).sum()) / math.log(2)
+                number_rows = rows[is_number]  # (M,) the text of each number, in the order written
+                for row in range(len(batch)):
+                    totals.add_numbers((-number_log_p[number_rows == row] / math.log(2)).tolist())
                 totals.tokens += int(token_ids.numel())
                 totals.numbers += int(is_number.sum())
                 totals.texts += len(batch)
@@ -889,6 +931,12 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
     finally:
         model.train(was_training)
     return totals
+
+
+def _after_start(start: Tensor, states: Tensor) -> Tensor:
+    """The prediction for each token of a text (B,S,...): the start's (1,1,...) for the first, then position
+    j-1's of the text's own pass ``states`` (B,S,...) for token j."""
+    return torch.cat([start.expand(states.shape[0], 1, *states.shape[2:]).to(states.dtype), states[:, :-1]], dim=1)
 
 
 def _token_log_probs(model, loc_U: Tensor, scale_U: Tensor, token_ids: Tensor, token_probability: str) -> Tensor:
@@ -921,14 +969,19 @@ def qwen_text_bits(model, tokenizer, texts, batch_size: int = 8) -> TextBits:
     model.eval()
     totals = TextBits()
     try:
+        start_logits = model(input_ids=torch.tensor([[context]], device=device)).logits  # (1,1,V)
         for text in texts:
             encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            ids = torch.tensor([[context] + list(encoded["input_ids"])], device=device)  # (1,S)
-            logits = model(input_ids=ids).logits[0, :-1].double()  # (S-1,V)
-            log_p = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:].unsqueeze(1))[:, 0]  # (S-1,)
+            ids = torch.tensor([encoded["input_ids"]], device=device)  # (1,S)
+            logits = _after_start(start_logits, model(input_ids=ids).logits)[0].double()  # (S,V)
+            log_p = torch.log_softmax(logits, dim=-1).gather(1, ids[0].unsqueeze(1))[:, 0]  # (S,)
             spans = find_numbers(text)
-            in_number = torch.tensor([any(s.start < end and start < s.end for s in spans)
-                                      for start, end in encoded["offset_mapping"]], dtype=torch.bool, device=device)
+            overlaps = torch.tensor([[s.start < end and start < s.end for s in spans]
+                                     for start, end in encoded["offset_mapping"]], dtype=torch.bool,
+                                    device=device).reshape(len(log_p), len(spans))  # (S,numbers)
+            in_number = overlaps.any(dim=1)  # (S,)
+            owner = overlaps & (overlaps.cumsum(dim=1) == 1)  # (S,numbers) a token counts for its first number
+            totals.add_numbers([-float(log_p[owner[:, k]].sum()) / math.log(2) for k in range(len(spans))])
             totals.bits += -float(log_p.sum()) / math.log(2)
             totals.number_bits += -float(log_p[in_number].sum()) / math.log(2)
             totals.tokens += int(log_p.numel())
