@@ -22,7 +22,9 @@ def register(subparsers) -> None:
         "metrics at <NUM> targets (median absolute error and MAPE of the Cauchy median loc_Y, log score = mean "
         "Cauchy NLL, coverage of the central 50%/90% intervals, Spearman correlation of scale_Y and |error|, "
         "calibration table). With language metrics, bits per byte of the raw text: a number's probability is "
-        "P(<NUM>) times the Cauchy mass of the values written as the same string.",
+        "P(<NUM>) times the Cauchy mass of the values written as the same string; each text is scored as it is "
+        "trained (no context token before it), and bits per number are also given for each text's 1st, 2nd, ... "
+        "number.",
     )
     add_model_arguments(parser)
     add_data_arguments(parser)
