@@ -817,10 +817,9 @@ class TextBits:
     ``value_bits_best_scale``: what the values would cost with each number's scale chosen knowing the answer
     (`best_scale_interval_log_mass`): the part of the value bits that no calibration of the scales removes.
     ``number_bits_by_order[k]``: the bits of every text's k-th number (with a template, one field), over
-    ``numbers_by_order[k]`` numbers."""
+    ``numbers_by_order[k]`` numbers; ``number_bits`` and ``numbers`` are their sums."""
 
     bits: float = 0.0
-    number_bits: float = 0.0
     num_token_bits: float = 0.0
     value_bits_best_scale: float = 0.0
     number_bits_by_order: list[float] = field(default_factory=list)
@@ -828,8 +827,15 @@ class TextBits:
     bytes: int = 0
     number_bytes: int = 0
     tokens: int = 0
-    numbers: int = 0
     texts: int = 0
+
+    @property
+    def number_bits(self) -> float:
+        return sum(self.number_bits_by_order)
+
+    @property
+    def numbers(self) -> int:
+        return sum(self.numbers_by_order)
 
     def add_numbers(self, bits: Iterable[float]) -> None:
         """Count one text's numbers, ``bits`` in the order they are written."""
@@ -916,14 +922,12 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
                 number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
                 nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
                 totals.bits += nats / math.log(2)
-                totals.number_bits += -float(number_log_p.sum()) / math.log(2)
                 totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)
                 totals.value_bits_best_scale += -float(best_scale_interval_log_mass(v - loc, h).sum()) / math.log(2)
                 number_rows = rows[is_number]  # (M,) the text of each number, in the order written
                 for row in range(len(batch)):
                     totals.add_numbers((-number_log_p[number_rows == row] / math.log(2)).tolist())
                 totals.tokens += int(token_ids.numel())
-                totals.numbers += int(is_number.sum())
                 totals.texts += len(batch)
                 for text in batch:
                     totals.bytes += len(text.encode("utf-8"))
@@ -979,13 +983,10 @@ def qwen_text_bits(model, tokenizer, texts, batch_size: int = 8) -> TextBits:
             overlaps = torch.tensor([[s.start < end and start < s.end for s in spans]
                                      for start, end in encoded["offset_mapping"]], dtype=torch.bool,
                                     device=device).reshape(len(log_p), len(spans))  # (S,numbers)
-            in_number = overlaps.any(dim=1)  # (S,)
             owner = overlaps & (overlaps.cumsum(dim=1) == 1)  # (S,numbers) a token counts for its first number
             totals.add_numbers([-float(log_p[owner[:, k]].sum()) / math.log(2) for k in range(len(spans))])
             totals.bits += -float(log_p.sum()) / math.log(2)
-            totals.number_bits += -float(log_p[in_number].sum()) / math.log(2)
             totals.tokens += int(log_p.numel())
-            totals.numbers += len(spans)
             totals.texts += 1
             totals.bytes += len(text.encode("utf-8"))
             totals.number_bytes += sum(len(span.text.encode("utf-8")) for span in spans)
