@@ -1,7 +1,7 @@
 """Numbers with uncertainty that means something: CausalQwen against strong baselines on three real tables.
 
     python benchmarks/numbers.py [--json] [--quick] [--tables NAME,...] [--set [TABLE:]KEY=VALUE ...]
-                                 [--real-base PATH.gguf] [--workdir DIR]
+                                 [--real-base PATH.gguf [--real-set KEY=VALUE ...]] [--workdir DIR]
 
 Tables (from the ``vega-datasets`` package, read from its local files), each row one sentence whose *last*
 number is the target; the predictors are the template's other fields:
@@ -32,7 +32,9 @@ predicted scale and |error|), ``calibration`` (nominal vs empirical central-inte
 ``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ..., "settings": ...}`` (and ``real_weights`` with
 ``--real-base``: see `real_weight_figures`).
 
-``--quick``: a smoke run (a few training steps on the first rows; figures meaningless).
+``--quick``: a smoke run (a few training steps on the first rows; figures meaningless). ``--real-set KEY=VALUE``
+changes a setting of CausalQwen's real-weight fine-tuning over the example YAML's (``causal-qwen train --set``
+keys, e.g. ``learning_rate=1e-4``); ``--tables ''`` runs the real-weight part alone.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ REAL_WEIGHTS: dict[str, Any] = dict(
     example=str(ROOT / "examples" / "seattle_weather.yaml"),
     steps=60,
     seed=0,
+    causal_overrides=(),  # KEY=VALUE over the example's settings for CausalQwen (`--real-set`)
     held_out_stride=4,  # every 4th held-out day of 2015: 92 days
     samples=20,  # sampled answers per day for the digit-writer's 25/75% and 5/95% quantiles
     max_new_tokens=8,
@@ -392,7 +395,7 @@ def real_weight_figures(base: str, workdir: Path, quick: bool = False, progress=
 def _real_config(base: str, workdir: Path, settings: dict):
     from causal_qwen.training.train_config import load_train_config
 
-    config = load_train_config(settings["example"])
+    config = load_train_config(settings["example"], list(settings["causal_overrides"]))
     config.model = base
     config.max_steps = settings["steps"]
     config.seed = settings["seed"]
@@ -619,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="change a training setting (all tables, or TABLE's only)")
     parser.add_argument("--real-base", default=None, metavar="PATH",
                         help="also run the real-weight comparison on seattle-weather (a Qwen2.5 .gguf)")
+    parser.add_argument("--real-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a setting of CausalQwen's real-weight fine-tuning (a `causal-qwen train --set` "
+                             "key over examples/seattle_weather.yaml, e.g. learning_rate=1e-4)")
     parser.add_argument("--workdir", default=None, help="folder for converted models and runs (default: a temporary one)")
     args = parser.parse_args(argv)
     tables = [name.strip() for name in args.tables.split(",") if name.strip()]
@@ -631,6 +637,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.real_base is not None and not Path(args.real_base).is_file():
         parser.error(f"--real-base {args.real_base!r} is not a file")
+    if args.real_set:
+        if args.real_base is None:
+            parser.error("--real-set changes the real-weight part: give --real-base too")
+        from causal_qwen.training.train_config import load_train_config
+
+        try:  # a wrong key or value fails here, not after the tables' minutes
+            load_train_config(REAL_WEIGHTS["example"], args.real_set)
+        except ValueError as error:
+            parser.error(f"--real-set: {error}")
 
     logging.basicConfig(level=logging.WARNING)
     from transformers.utils import logging as hf_logging
@@ -656,7 +671,8 @@ def main(argv: list[str] | None = None) -> int:
             result["tables"][name] = run_table(table, converted, workdir, settings, progress)
         result["acceptance"] = {name: all(t["acceptance"].values()) for name, t in result["tables"].items()}
         if args.real_base is not None:
-            result["real_weights"] = real_weight_figures(args.real_base, workdir, quick=args.quick, progress=progress)
+            result["real_weights"] = real_weight_figures(args.real_base, workdir, quick=args.quick, progress=progress,
+                                                         settings={"causal_overrides": tuple(args.real_set)})
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

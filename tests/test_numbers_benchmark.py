@@ -146,12 +146,27 @@ def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
     assert set(result["acceptance"]) == set(bench.TABLE_NAMES)
 
 
+def test_real_set_is_checked_before_any_work(bench, capsys, tmp_path):
+    """--real-set needs --real-base, and a wrong key fails at once (exit 2), not after the tables' minutes."""
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--real-set", "learning_rate=1e-4"])
+    assert stopped.value.code == 2 and "give --real-base too" in capsys.readouterr().err
+    base = tmp_path / "base.gguf"
+    base.write_bytes(b"")
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--real-base", str(base), "--real-set", "learning_rat=1e-4", "--workdir", str(tmp_path / "w")])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--real-set" in error and "learning_rat" in error, error
+    assert not (tmp_path / "w").exists()  # nothing started
+
+
 @pytest.mark.slow
 def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     """The --real-base path end to end (1 step each, 5 days, 2 samples) on random:tiny: the figures exist and
     the digit-writer's answers are parsed or counted as unparsable."""
     said: list[str] = []
-    figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=said.append)
+    figures = bench.real_weight_figures("random:tiny", tmp_path, quick=True, progress=said.append,
+                                        settings={"causal_overrides": ("learning_rate=2e-5",)})
     for model in ("causal_qwen", "qwen_digits"):  # one line per logging step while a model fine-tunes
         assert any(line.strip().startswith(f"{model}: step 1/1, loss ") for line in said), (model, said)
     assert any(line.strip().startswith("causal_qwen: <NUM> warm start: ") for line in said), said  # the example's
@@ -170,3 +185,4 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     assert set(figures["acceptance"]) == set(bench.REAL_ACCEPTANCE)
     assert figures["settings"]["qwen_digits"]["steps"] == 1
     assert figures["causal_qwen"]["steps"] == 1 and figures["causal_qwen"]["convert_seconds"] > 0
+    assert figures["settings"]["causal_qwen"]["learning_rate"] == 2e-5  # the override, over the example's 1e-5
