@@ -1,5 +1,5 @@
-"""Checks that need an accelerator: decisions in every weight dtype, ``model.generate`` against the project's
-generator, the fused OvR loss against the plain one, and decoding speed against Qwen, all on one device.
+"""Checks that need an accelerator: decisions in every weight dtype (standard, and causal in both scopes of the
+individual), the fused OvR loss against the plain one, and decoding speed against Qwen, all on one device.
 
     python benchmarks/accelerator.py [--device cuda] [--base random:qwen2.5-0.5b] [--json]
 
@@ -10,8 +10,9 @@ number in it), 16 new tokens:
     standard_exact      every standard-mode decision of `generate_ids` equals ``argmax_k (loc_S_k − t_k)/scale_S_k``
                         recomputed from that step's own loc_U, scale_U (recorded by a forward hook) with the head
                         in the model's dtype; how often it also equals the float64 decision is reported
-    generate_equal      ``model.generate(mode=...)`` gives the tokens and the numbers of `generate_ids`, token for
-                        token, in each mode (causal: the same individual)
+    causal_exact        every causal-mode decision (a fresh individual per token, and one per text) equals the argmax
+                        of `decisions.decision_scores` recomputed from that step's loc_U, scale_U and individual c
+                        (recorded by hooks); the same seed replays the same tokens
     fused_loss          the fused OvR loss and its gradients (loc_U, decision scale, W) against
                         `reference_ovr_loss` on 256 positions of the converted head: largest relative difference
 
@@ -41,7 +42,8 @@ import torch  # noqa: E402
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
 from causal_qwen.core import cauchy  # noqa: E402
 from causal_qwen.core.fused_ovr import fused_ovr_loss, reference_ovr_loss  # noqa: E402
-from causal_qwen.core.generation import MODES, generate_ids  # noqa: E402
+from causal_qwen.core.decisions import decision_scores  # noqa: E402
+from causal_qwen.core.generation import MODES, SCOPES, generate_ids  # noqa: E402
 from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -95,23 +97,32 @@ def standard_decisions_are_exact(model, ids, mask, values) -> dict:
     }
 
 
-def generate_equals_generator(model, ids, mask, values) -> dict:
-    """``model.generate`` in each mode against `generate_ids`: tokens and numbers, exactly."""
+def causal_decisions_are_exact(model, ids, mask, values) -> dict:
+    """Each causal-mode token (both scopes) against the argmax of `decisions.decision_scores` from the step's own
+    (loc_U, scale_U) and individual coordinates c; and a second run with the same seed gives the same tokens."""
     report = {}
-    for mode in MODES:
-        options = dict(mode=mode, max_new_tokens=NEW_TOKENS, eos_token_id=[], pad_token_id=0)
-        if mode == "traditional":
-            options["temperature"] = 0  # greedy
-        ours = generate_ids(model, ids, mask, values, seed=5, **options)
-        hf = model.generate(
-            input_ids=ids, attention_mask=mask, numeric_values=values, mode=mode, individual=ours.individual,
-            max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=0, return_dict_in_generate=True,
-            do_sample=False if mode == "traditional" else None,
-        )
-        generated = hf.sequences[:, ids.shape[1] :]
-        same_tokens = torch.equal(generated, ours.token_ids)
-        same_numbers = torch.equal(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values)
-        report[mode] = {"same_tokens": same_tokens, "same_numbers": same_numbers, "ok": same_tokens and same_numbers}
+    for scope in SCOPES:
+        steps: list[tuple[torch.Tensor, torch.Tensor]] = []
+        individuals: list[torch.Tensor] = []
+        hooks = [
+            model.abduction.register_forward_hook(lambda module, args, out: steps.append((out[0], out[1]))),
+            model.register_forward_pre_hook(lambda module, args, kwargs: individuals.append(kwargs["individual"]),
+                                            with_kwargs=True),
+        ]
+        options = dict(mode="causal", individual_scope=scope, seed=5, max_new_tokens=NEW_TOKENS, eos_token_id=[])
+        try:
+            out = generate_ids(model, ids, mask, values, **options)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        mismatches = 0
+        with torch.no_grad():
+            for step, ((loc_U, scale_U), c) in enumerate(zip(steps, individuals)):
+                scores, _ = decision_scores(model, loc_U[:, -1:], scale_U[:, -1:], c, model.config.causal_temperature)
+                mismatches += int((out.token_ids[:, step] != scores[:, -1].argmax(-1)).sum())
+        replayed = torch.equal(generate_ids(model, ids, mask, values, **options).token_ids, out.token_ids)
+        report[scope] = {"decisions": out.token_ids.numel(), "mismatches": mismatches, "replayed": replayed,
+                         "ok": mismatches == 0 and replayed and len(steps) == NEW_TOKENS}
     return report
 
 
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         ids, mask, values = left_padded_prompts(model, device)
         entry = {
             "standard_exact": standard_decisions_are_exact(model, ids, mask, values),
-            "generate_equal": generate_equals_generator(model, ids, mask, values),
+            "causal_exact": causal_decisions_are_exact(model, ids, mask, values),
         }
         if dtype is torch.float32:
             entry["fused_loss"] = fused_loss_matches(model, device)

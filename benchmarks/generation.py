@@ -1,21 +1,21 @@
-"""Generation speed: Qwen's own ``generate`` (greedy) vs CausalQwen in each mode, side by side, in one run.
+"""Generation speed: Qwen's own ``generate`` (greedy) vs CausalQwen's ``model.generate`` in each mode, side by side.
 
     python benchmarks/generation.py [--base random:qwen2.5-0.5b] [--json] [--quick] [--repeats N] [--skip-long]
 
-CausalQwen runs two ways: the project's generator (`causal_qwen.core.generation.generate_ids`, methods named by
-the mode) and Hugging Face's loop (``model.generate(mode=...)``, which the command line and the demo call;
-methods ``generate_<mode>``). For batch 1 and 4, a 64-token prompt and 64 new tokens (``min_new_tokens`` forces
-the full length), every method runs once per repetition, in alternating order (interleaved), so the noise of a
-shared machine spreads evenly; as with ``timeit``, the best repetition is the estimate of the undisturbed speed
-(other processes only ever add time). Two figures per method and batch size:
+CausalQwen generates through Hugging Face's loop (``model.generate(mode=...)``, which the command line, the demo and
+`generate_ids` call; methods ``generate_<mode>``, and ``generate_causal_sequence`` for causal mode with one individual
+per text; ``generate_causal`` draws a fresh individual every token). For batch 1 and 4, a 64-token prompt and 64 new
+tokens (``min_new_tokens`` forces the full length), every method runs once per repetition, in alternating order
+(interleaved), so the noise of a shared machine spreads evenly; as with ``timeit``, the best repetition is the
+estimate of the undisturbed speed (other processes only ever add time). Two figures per method and batch size:
 
     tokens_per_s         B·T / best time of the whole call (prefill included)
     decode_tokens_per_s  B / median decode-step time of that best call
 
 and the ratios (CausalQwen / Qwen, the smaller over the two batch sizes):
 
-    ratio_<mode>, ratio_generate_<mode>                 from tokens_per_s (the headline figure)
-    decode_ratio_<mode>, decode_ratio_generate_<mode>   from decode_tokens_per_s
+    ratio_generate_<mode>         from tokens_per_s (the headline figure)
+    decode_ratio_generate_<mode>  from decode_tokens_per_s
 
 Qwen's ``generate`` also runs a second time as the method ``qwen_control``: ``ratio_qwen_control`` (Qwen against
 itself, ideally 1) shows how far this run's ratios move by noise alone.
@@ -49,7 +49,6 @@ import torch  # noqa: E402
 from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
-from causal_qwen.core.generation import MODES, generate_ids  # noqa: E402
 from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
 
 PROMPT_TOKENS = 64
@@ -57,7 +56,8 @@ NEW_TOKENS = 64
 LONG_NEW_TOKENS = 256
 BATCH_SIZES = (1, 4)
 # "qwen_control" is Qwen's generate again, timed like every other method: its ratio to "qwen" is the run's noise.
-METHODS = ("qwen", "qwen_control") + MODES + tuple(f"generate_{mode}" for mode in MODES)
+METHODS = ("qwen", "qwen_control", "generate_standard", "generate_causal", "generate_causal_sequence",
+           "generate_traditional")
 
 
 class _StepClock(StoppingCriteria):
@@ -76,9 +76,14 @@ def make_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> torch.Te
     return torch.randint(0, min(vocab, 151643), (batch, length), generator=generator)  # (B,P)
 
 
-def _mode_options(mode: str) -> dict:
-    """Greedy traditional decoding; one fixed individual in causal mode."""
-    return dict(do_sample=False) if mode == "traditional" else dict(seed=0) if mode == "causal" else {}
+def _mode_options(method: str) -> dict:
+    """Greedy traditional decoding; causal mode seeded, a fresh individual per token or one per text."""
+    return {
+        "generate_standard": dict(mode="standard"),
+        "generate_causal": dict(mode="causal", seed=0),
+        "generate_causal_sequence": dict(mode="causal", seed=0, individual_scope="sequence"),
+        "generate_traditional": dict(mode="traditional", do_sample=False),
+    }[method]
 
 
 def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, list[float]]:
@@ -86,36 +91,21 @@ def run_method(method: str, qwen, model, input_ids: torch.Tensor, new_tokens: in
     mask = torch.ones_like(input_ids)
     start = time.perf_counter()
     stamps = [start]
-    if method.startswith(("qwen", "generate_")):  # Hugging Face's loop, Qwen's or CausalQwen's
-        if method in ("qwen", "qwen_control"):
-            generator, options = qwen, dict(do_sample=False, num_beams=1)
-        else:
-            mode = method.removeprefix("generate_")
-            generator, options = model, dict(mode=mode, **_mode_options(mode))
-        with torch.inference_mode():
-            out = generator.generate(
-                input_ids=input_ids,
-                attention_mask=mask,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=0,
-                stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
-                **options,
-            )
-        generated = out.shape[1] - input_ids.shape[1]
+    if method in ("qwen", "qwen_control"):
+        generator, options = qwen, dict(do_sample=False, num_beams=1)
     else:
-        options = _mode_options(method)
-        out = generate_ids(
-            model,
-            input_ids,
-            mask,
-            mode=method,
+        generator, options = model, _mode_options(method)
+    with torch.inference_mode():
+        out = generator.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
-            on_step=lambda decoder, tokens, values: stamps.append(time.perf_counter()),
+            pad_token_id=0,
+            stopping_criteria=StoppingCriteriaList([_StepClock(stamps)]),
             **options,
         )
-        generated = out.token_ids.shape[1]
+    generated = out.shape[1] - input_ids.shape[1]
     total = time.perf_counter() - start
     assert generated == new_tokens, (method, generated)
     return total, [b - a for a, b in zip(stamps, stamps[1:])]

@@ -12,18 +12,18 @@ for the seeds' literal setting (``ovr_calibration="none"``: ``γ0 = 10``, ``b_no
   ovr_ppl_ratio                OvR-normalised perplexity exp(mean −log(P_t / Σ_k P_k)) over the softmax perplexity
   ovr_prob_sum_mean            mean Σ_k P_k
   standard_generation_match    mean common prefix of standard-mode and Qwen greedy generation, share of 32 tokens
-  causal_fluency_ratio         Qwen's perplexity of causal-mode continuations (10 prompts × 8 individuals, 32 tokens)
-                               over its perplexity of its own ancestral samples at temperature 1 on the same prompts
+  causal_fluency_ratio         Qwen's perplexity of causal sampling's continuations (a fresh individual per token at
+                               the calibrated τ; 10 prompts × 8 continuations, 32 tokens) over its perplexity of its own
+                               ancestral samples at temperature 1 on the same prompts
   causal_distinct2_ratio       distinct-2 (unique bigrams / bigrams, pooled over a prompt's 8 continuations, averaged
                                over prompts) of causal mode over that of Qwen's samples
-  causal_replay_reproducible   one individual replayed on a second prompt gives the same continuation twice
   standard_speed_ratio         standard-mode tokens/s over Qwen's greedy ``generate`` (batch 1, 32 new tokens,
                                best of interleaved repeats)
   finetune_*                   from `real_weights_finetune.finetune_figures` (seattle-weather, >= 60 steps of 8)
 
 Held-out text: the odd-numbered topics of Python's reference documentation (`calibration.held_out_texts`); the
-calibration reads the even-numbered ones. ``causal_scale_sweep`` shows what larger individual scales do to the
-causal figures and to Σ_k P_k (the trade-off discussed in docs/design.md).
+calibration reads the even-numbered ones. `benchmarks/individual.py` measures the individual itself (both scopes,
+consistency, replay, the diversity/fluency frontier).
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from causal_qwen.conversion import calibration  # noqa: E402
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
-from causal_qwen.core import cauchy  # noqa: E402
-from causal_qwen.core.generation import generate_ids, sample_individual  # noqa: E402
+from causal_qwen.core.generation import generate_ids  # noqa: E402
 from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
 from causal_qwen.evaluation.evaluation import token_totals  # noqa: E402
 
@@ -153,16 +152,26 @@ def standard_generation_match(qwen, model, tokenizer, prompts=GENERATION_PROMPTS
 
 
 @torch.no_grad()
-def base_perplexity(qwen, prompt_ids: torch.Tensor, continuations: list[torch.Tensor]) -> float:
-    """Qwen's perplexity of continuation tokens given the prompt (teacher forced), pooled over continuations."""
+def base_perplexity(qwen, prompt_ids: torch.Tensor, continuations: list[torch.Tensor], batch_size: int = 8) -> float:
+    """Qwen's perplexity of continuation tokens given the prompt (teacher forced), pooled over continuations.
+
+    Continuations of equal length are scored together, ``batch_size`` at a time, and the vocabulary head is applied
+    only at the positions that predict a continuation token (the figure is the one-at-a-time figure)."""
     nll, count = 0.0, 0
+    start = prompt_ids.shape[1] - 1  # the position that predicts the first continuation token
+    by_length: dict[int, list[torch.Tensor]] = {}
     for continuation in continuations:
-        full = torch.cat([prompt_ids[0], continuation])[None]  # (1,P+T)
-        log_probs = torch.log_softmax(qwen(input_ids=full).logits[0, :-1].float(), dim=-1)  # (P+T-1,V)
-        start = prompt_ids.shape[1] - 1
-        targets = full[0, 1:][start:]
-        nll -= float(log_probs[start:].gather(1, targets[:, None]).sum())
-        count += len(targets)
+        by_length.setdefault(len(continuation), []).append(continuation)
+    for length, group in by_length.items():
+        if length == 0:
+            continue
+        for first in range(0, len(group), batch_size):
+            part = torch.stack(group[first : first + batch_size])  # (b,T)
+            full = torch.cat([prompt_ids[:1].expand(len(part), -1), part], dim=1)  # (b,P+T)
+            hidden = qwen.model(input_ids=full).last_hidden_state[:, start:-1]  # (b,T,H)
+            log_probs = torch.log_softmax(qwen.lm_head(hidden).float(), dim=-1)  # (b,T,V)
+            nll -= float(log_probs.gather(2, part[..., None]).sum())
+            count += part.numel()
     return math.exp(nll / max(count, 1))
 
 
@@ -194,14 +203,15 @@ def _plain_ids(tokenizer, model_ids: torch.Tensor, values: torch.Tensor) -> torc
 
 @torch.no_grad()
 def causal_figures(qwen, model, tokenizer, prompts=CAUSAL_PROMPTS, individuals: int = INDIVIDUALS, seed: int = 0) -> dict:
-    generator = torch.Generator().manual_seed(seed)
+    """Causal sampling (a fresh individual per token, the calibrated τ) against Qwen's samples at temperature 1:
+    the base's perplexity of the continuations and distinct-2. `benchmarks/individual.py` measures both scopes of
+    the individual, its consistency, replay and frontier."""
     ours_ppl, qwen_ppl, ours_d2, qwen_d2 = [], [], [], []
     for index, prompt in enumerate(prompts):
         ids = _prompt_ids(tokenizer, prompt)
         batch = ids.expand(individuals, -1)
-        epsilon = sample_individual(individuals, model.config.causal_size, generator)
-        out = generate_ids(model, batch, mode="causal", max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                           eos_token_id=end_ids(qwen), individual=epsilon)
+        out = generate_ids(model, batch, mode="causal", seed=seed * 1000 + index, max_new_tokens=NEW_TOKENS,
+                           min_new_tokens=NEW_TOKENS, eos_token_id=end_ids(qwen))
         ours = [_plain_ids(tokenizer, out.token_ids[i], out.numeric_values[i]) for i in range(individuals)]
         torch.manual_seed(seed * 1000 + index)
         sampled = qwen.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=NEW_TOKENS,
@@ -213,45 +223,15 @@ def causal_figures(qwen, model, tokenizer, prompts=CAUSAL_PROMPTS, individuals: 
         ours_d2.append(distinct2(ours))
         qwen_d2.append(distinct2(theirs))
     geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
-    replay = _replay_reproducible(model, tokenizer, generator)
     return {
+        "causal_temperature": model.config.causal_temperature,
         "causal_fluency_ratio": geo(ours_ppl) / geo(qwen_ppl),
         "causal_distinct2_ratio": (sum(ours_d2) / len(ours_d2)) / (sum(qwen_d2) / len(qwen_d2)),
         "causal_perplexity": geo(ours_ppl),
         "qwen_sample_perplexity": geo(qwen_ppl),
         "causal_distinct2": sum(ours_d2) / len(ours_d2),
         "qwen_sample_distinct2": sum(qwen_d2) / len(qwen_d2),
-        "causal_replay_reproducible": replay,
     }
-
-
-def _replay_reproducible(model, tokenizer, generator) -> bool:
-    epsilon = sample_individual(1, model.config.causal_size, generator)
-    first = _prompt_ids(tokenizer, CAUSAL_PROMPTS[0])
-    second = _prompt_ids(tokenizer, CAUSAL_PROMPTS[1])
-    generate_ids(model, first, mode="causal", max_new_tokens=8, eos_token_id=[], individual=epsilon)
-    runs = [generate_ids(model, second, mode="causal", max_new_tokens=8, eos_token_id=[], individual=epsilon).token_ids
-            for _ in range(2)]
-    return bool(torch.equal(runs[0], runs[1]))
-
-
-@torch.no_grad()
-def causal_scale_sweep(qwen, model, tokenizer, scales=(1e-3, 1e-2, 3e-2, 1e-1), prompts=CAUSAL_PROMPTS[:3], windows=None) -> list[dict]:
-    """Causal figures (3 prompts) and mean Σ P with ``scale_U`` set to each per-component value (restored after)."""
-    bias = model.abduction.scale_net.bias
-    saved = bias.detach().clone()
-    rows = []
-    try:
-        for scale in scales:
-            bias.fill_(cauchy.inverse_softplus(scale))
-            figures = causal_figures(qwen, model, tokenizer, prompts=prompts)
-            row = {"scale_U": scale, **{k: figures[k] for k in ("causal_fluency_ratio", "causal_distinct2_ratio")}}
-            if windows:
-                row["ovr_prob_sum_mean"] = conversion_figures(qwen, model, windows[:2])["ovr_prob_sum_mean"]
-            rows.append(row)
-    finally:
-        bias.copy_(saved)
-    return rows
 
 
 def standard_speed_ratio(qwen, model, tokenizer, repeats: int = 3) -> dict:
@@ -309,8 +289,6 @@ def main(argv=None) -> int:
     result = setting_figures(qwen, model, tokenizer, windows, args.quick)
     result["calibration_seconds"] = calibration_seconds
     log("[real_weights] default:", json.dumps(result))
-    result["causal_scale_sweep"] = causal_scale_sweep(qwen, model, tokenizer, windows=windows,
-                                                      scales=(1e-2,) if args.quick else (1e-3, 1e-2, 3e-2, 1e-1, 3e-1))
     seed_model = CausalQwenForCausalLM.from_qwen(qwen, ovr_calibration="none", num_token_id=tokenizer.num_token_id)
     result["seed_setting"] = setting_figures(qwen, seed_model, tokenizer, windows, args.quick)
     log("[real_weights] seed setting:", json.dumps(result["seed_setting"]))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.core import cauchy, generation
+from causal_qwen.core import decisions, generation, modeling
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -46,23 +46,21 @@ def test_checks_pass_on_the_library(checks, bf16_model):
     exact = checks.standard_decisions_are_exact(bf16_model, ids, mask, values)
     assert exact["ok"] and exact["decisions"] == 3 * checks.NEW_TOKENS and exact["mismatches"] == 0
     assert 0.5 <= exact["float64_agreement"] <= 1.0
-    equal = checks.generate_equals_generator(bf16_model, ids, mask, values)
-    assert set(equal) == set(generation.MODES) and all(mode["ok"] for mode in equal.values())
+    causal = checks.causal_decisions_are_exact(bf16_model, ids, mask, values)
+    assert set(causal) == set(generation.SCOPES) and all(scope["ok"] for scope in causal.values())
     fused = checks.fused_loss_matches(copy.deepcopy(bf16_model).float(), "cpu")
     assert fused["ok"] and fused["max_relative_difference"] < checks.FUSED_LOSS_TOLERANCE
 
 
 def test_a_wrong_standard_decision_is_reported(checks, bf16_model, monkeypatch):
     """A generator whose standard decision is the runner-up of the exact rule is caught."""
-    decide = generation._Decoder._decide_standard
+    decide = decisions.decision_scores
 
-    def runner_up(self, loc_U, scale_U, banned):
-        best = decide(self, loc_U, scale_U, banned)  # (B,)
-        loc_S, scale_S = self.model.action.classify(loc_U, scale_U)  # (B,V) each
-        scores = cauchy.decision_score(loc_S, scale_S, self.model.ovr_thresholds())  # (B,V)
-        return scores.scatter(1, best[:, None], -torch.inf).argmax(-1)
+    def runner_up(model, loc_U, scale_U, coordinates=None, temperature=1.0):
+        scores, u = decide(model, loc_U, scale_U, coordinates, temperature)  # (B,S,V)
+        return scores.scatter(-1, scores.argmax(-1, keepdim=True), -torch.inf), u
 
-    monkeypatch.setattr(generation._Decoder, "_decide_standard", runner_up)
+    monkeypatch.setattr(modeling, "decision_scores", runner_up)
     ids, mask, values = checks.left_padded_prompts(bf16_model, "cpu")
     exact = checks.standard_decisions_are_exact(bf16_model, ids, mask, values)
     assert not exact["ok"] and exact["mismatches"] == exact["decisions"]

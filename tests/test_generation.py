@@ -1,4 +1,4 @@
-"""Generation: greedy parity with Qwen, numbers fed back, causal individuals, the standard-mode shortcut,
+"""Generation: greedy parity with Qwen, numbers fed back, causal individuals (both scopes), the standard decision,
 streaming, the KV cache, bad input, and the generate / predict commands."""
 
 from __future__ import annotations
@@ -12,17 +12,9 @@ from transformers import GenerationConfig
 
 from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.conversion.conversion import load_qwen_base
-from causal_qwen.core.generation import (
-    MODES,
-    generate,
-    generate_ids,
-    greedy_parity,
-    ovr_argmax,
-    shortcut_candidates,
-    ovr_argmax_reference,
-    stream,
-)
-from causal_qwen.core.generation import RowNorms
+from causal_qwen.core.cauchy import decision_score
+from causal_qwen.core.generation import MODES, generate_ids
+from causal_qwen.core.text_generation import generate, greedy_parity, stream
 from causal_qwen.core.numbers import format_prediction
 from causal_qwen.evaluation.predict import next_step_view, predict_next
 
@@ -34,6 +26,14 @@ PROMPTS = ("The capital of France is", "Once upon a time, in a small village by 
 def convert(base, **overrides) -> CausalQwenForCausalLM:
     overrides.setdefault("num_token_id", SMALL_NUM_ID)
     return CausalQwenForCausalLM.from_qwen(base, **overrides)
+
+
+def ovr_argmax_reference(loc_S, scale_S, threshold) -> torch.Tensor:
+    """The naive standard decision ``argmax_k (loc_S_k − t_k) / scale_S_k``: (B,V) → (B,)."""
+    return decision_score(loc_S, scale_S, threshold).argmax(dim=-1)
+
+
+SEQUENCE = dict(mode="causal", individual_scope="sequence")
 
 
 def left_padded_ids(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,15 +141,13 @@ def test_generated_number_is_fed_back_as_input_embedding(mode):
     assert (out.token_ids == SMALL_NUM_ID).all()
     values = out.numeric_values  # (B,4)
     assert torch.isfinite(values).all() and (values != 0).all()
-    # steps 2..4 were fed the values chosen at steps 1..3: embed(<NUM>) + phi(value)
-    assert len(seen) == 3
-    for step, fed in enumerate(seen):
+    # after the prompt, steps 2..4 were fed the values chosen at steps 1..3: embed(<NUM>) + phi(value)
+    assert len(seen) == 4 and seen[0].shape == ids.shape
+    for step, fed in enumerate(seen[1:]):
         assert fed.shape == (3, 1)
         assert torch.equal(fed[:, 0], values[:, step])
-    # the value is loc_Y (standard/traditional) or W_reg u + b_reg (causal) at the deciding position
-    assert torch.equal(out.loc_Y, values)
-    if mode != "causal":
-        assert torch.isfinite(out.scale_Y).all() and (out.scale_Y > 0).all()
+    assert torch.isfinite(out.scales).all() and (out.scales > 0).all()  # the precision each value is written with
+    if mode != "causal":  # the value is loc_Y at the deciding position
         full_ids = torch.cat([ids, out.token_ids], 1)
         full_values = torch.cat([torch.zeros(3, 7), values], 1)
         full_mask = torch.cat([mask, torch.ones(3, 4, dtype=torch.long)], 1)
@@ -168,6 +166,8 @@ def test_numbers_in_results_carry_median_and_intervals(tiny_model, tokenizer):
     try:
         result = generate(tiny_model, tokenizer, "The price is", mode="standard", max_new_tokens=2)[0]
         causal = generate(tiny_model, tokenizer, "The price is", mode="causal", max_new_tokens=2, seed=0)[0]
+        widened = generate(tiny_model, tokenizer, "The price is", mode="causal", max_new_tokens=2, seed=0,
+                           causal_temperature=1e8)[0]
     finally:
         with torch.no_grad():
             head.bias[num_id] = original
@@ -187,6 +187,10 @@ def test_numbers_in_results_carry_median_and_intervals(tiny_model, tokenizer):
     read_back = encoded["numeric_values"][encoded["input_ids"] == num_id]
     assert read_back.tolist() == [float(n.text) for n in result.numbers]
     assert causal.numbers[0].median is None and causal.numbers[0].interval_90 is None
+    # the individual's value, written to the precision of the population's prediction (not every float digit)
+    for number in widened.numbers:
+        scale = result.numbers[0].scale
+        assert number.text == format_prediction(number.value, scale) and number.value != result.numbers[0].value
     payload = json.loads(json.dumps(result.to_dict()))
     assert payload["numbers"][0]["interval_90"] == list(first.interval_90)
 
@@ -209,11 +213,11 @@ def test_stop_string_inside_a_number_does_not_stop(tiny_model, tokenizer):
 # ---- causal mode -----------------------------------------------------------------------------------------
 def test_causal_mode_is_reproducible_and_replays_an_individual(small_model):
     ids, mask = left_padded_ids()
-    first = generate_ids(small_model, ids, mask, mode="causal", seed=7, max_new_tokens=12, eos_token_id=[])
-    again = generate_ids(small_model, ids, mask, mode="causal", seed=7, max_new_tokens=12, eos_token_id=[])
+    first = generate_ids(small_model, ids, mask, **SEQUENCE, seed=7, max_new_tokens=12, eos_token_id=[])
+    again = generate_ids(small_model, ids, mask, **SEQUENCE, seed=7, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(first.token_ids, again.token_ids) and torch.equal(first.individual, again.individual)
     assert first.individual.shape == (3, small_model.config.causal_size)
-    replay_options = dict(mode="causal", max_new_tokens=12, eos_token_id=[])
+    replay_options = dict(**SEQUENCE, max_new_tokens=12, eos_token_id=[])
     replay = generate_ids(small_model, ids, mask, individual=first.individual, **replay_options)
     assert torch.equal(replay.token_ids, first.token_ids)
     # the individual of row 0 on another prompt (alone), then inside a batch: the same continuation
@@ -231,11 +235,12 @@ def test_causal_mode_is_reproducible_and_replays_an_individual(small_model):
 def test_causal_first_decision_matches_the_formula():
     model = perturb(convert(small_qwen()))
     ids = torch.randint(1, 400, (2, 6), generator=torch.Generator().manual_seed(2))
-    out = generate_ids(model, ids, mode="causal", seed=11, max_new_tokens=1, eos_token_id=[])
+    tau = 3.0
+    out = generate_ids(model, ids, **SEQUENCE, causal_temperature=tau, seed=11, max_new_tokens=1, eos_token_id=[])
     with torch.no_grad():
         forward = model(ids)
         epsilon = out.individual
-        u = forward.loc_U[:, -1] + forward.scale_U[:, -1] * torch.tan(math.pi * (epsilon - 0.5)).float()
+        u = forward.loc_U[:, -1] + forward.scale_U[:, -1] * tau * torch.tan(math.pi * (epsilon - 0.5)).float()
         head = model.action.classification_head
         loc_S = head(u)
         scale_S = model.action.b_noise.abs() @ head.weight.abs().T + model.action.token_noise_scale()  # (V,)
@@ -249,7 +254,7 @@ def test_different_seeds_give_different_individuals():
     # docs/design.md, "Calibration at conversion".)
     model = convert(small_qwen(), ovr_calibration="none")
     ids, mask = left_padded_ids()
-    options = dict(mode="causal", max_new_tokens=8, eos_token_id=[])
+    options = dict(**SEQUENCE, max_new_tokens=8, eos_token_id=[])
     runs = [generate_ids(model, ids, mask, seed=seed, **options) for seed in range(4)]
     for a in range(4):
         for b in range(a + 1, 4):
@@ -259,44 +264,108 @@ def test_different_seeds_give_different_individuals():
     assert not torch.equal(runs[0].individual[0], runs[0].individual[1])
 
 
-# ---- standard mode and its exact shortcut ------------------------------------------------------------------
-def test_ovr_argmax_shortcut_equals_naive_argmax():
-    generator = torch.Generator().manual_seed(0)
-    vocab, causal, batch = 3000, 48, 5
-    for trial in range(60):
-        weight = torch.randn(vocab, causal, generator=generator) * (0.02 + torch.rand(vocab, 1, generator=generator))
-        if trial % 3 == 0:
-            weight[:7] = 0  # zero rows: scale 0
-        loc_U = torch.randn(batch, causal, generator=generator) * 3
-        spread = trial % 4  # 0: constant scale (tight bounds), else more and more spread
-        s = torch.nn.functional.softplus(torch.randn(batch, causal, generator=generator) * spread) + 0.05
-        if spread == 0:
-            s = torch.full((batch, causal), 10.1)
-        if trial % 2:
-            threshold = torch.randn(vocab, generator=generator) * 5  # per token
-        else:
-            threshold = torch.tensor(float(trial % 7 - 3) * 10)  # scalar
-        loc_S = loc_U @ weight.T + torch.randn(vocab, generator=generator)
-        got = ovr_argmax(loc_S - threshold, s, weight, RowNorms.of(weight))
-        expected = ovr_argmax_reference(loc_S, s @ weight.abs().T, threshold)
-        assert torch.equal(got, expected), trial
+def recorded_individuals(model):
+    """The standard-Cauchy coordinates c (B,C) handed to every forward pass of a generation (a pre-hook)."""
+    seen: list[torch.Tensor] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["individual"].clone()), with_kwargs=True
+    )
+    return seen, handle
 
 
-def test_shortcut_prunes_with_scales_that_vary_by_component_and_position():
-    """Scales spread ±50% across components and positions (as after fine-tuning): the candidate set stays a
-    small share of the vocabulary, and the decision is still exact."""
-    generator = torch.Generator().manual_seed(1)
-    vocab, causal, batch = 20000, 256, 4
-    weight = torch.randn(vocab, causal, generator=generator) * 0.02
-    norms = RowNorms.of(weight)
-    s = 0.01 * (0.5 + torch.rand(batch, causal, generator=generator))  # (B,C) per position and component
-    distance = torch.randn(batch, causal, generator=generator) * 3 @ weight.T - 1.0  # (B,V)
-    candidates = shortcut_candidates(distance, s, norms)
-    assert candidates.numel() <= vocab // 50  # 198 of 20,000 here; the min/max bound alone keeps thousands
-    expected = ovr_argmax_reference(distance, s @ weight.abs().T, 0.0)
-    assert torch.equal(ovr_argmax(distance, s, weight, norms), expected)
+def teacher_forced_causal(model, ids, mask, out, coordinates, tau) -> torch.Tensor:
+    """The causal decision at every generated position, recomputed without a cache with the step's individual c."""
+    full_ids = torch.cat([ids, out.token_ids], 1)
+    full_values = torch.cat([torch.zeros_like(ids, dtype=torch.float32), out.numeric_values], 1)
+    full_mask = torch.cat([mask, torch.ones_like(out.token_ids)], 1)
+    positions = (full_mask.cumsum(-1) - 1).masked_fill(full_mask == 0, 0)
+    steps, start = out.token_ids.shape[1], ids.shape[1] - 1
+    individual = torch.stack(coordinates, dim=1)  # (B,T,C): one individual per decided position
+    padded = torch.zeros(ids.shape[0], full_ids.shape[1], individual.shape[-1], dtype=torch.float64)
+    padded[:, start : start + steps] = individual
+    with torch.no_grad():
+        forward = model(full_ids, full_values, attention_mask=full_mask, position_ids=positions, decision="causal",
+                        individual=padded, causal_temperature=tau)
+    return forward.logits[:, start : start + steps].argmax(-1)  # (B,T)
 
 
+def test_token_scope_draws_a_new_individual_for_every_position():
+    """The design's causal sampling: a fresh ε per generated position, each step deciding with its own (this fails
+    if one ε were reused), the whole sequence of draws replayed from the seed; other seeds write otherwise."""
+    model = convert(small_qwen(), ovr_calibration="none")  # the literal scales: individuals that write differently
+    ids, mask = left_padded_ids()
+    tau = 1.0
+    seen, handle = recorded_individuals(model)
+    try:
+        out = generate_ids(model, ids, mask, mode="causal", causal_temperature=tau, seed=4, max_new_tokens=8,
+                           eos_token_id=[])
+    finally:
+        handle.remove()
+    assert out.individual is None and out.seed == 4 and len(seen) == 8
+    for a in range(8):
+        for b in range(a + 1, 8):
+            assert not torch.equal(seen[a], seen[b]), (a, b)
+    assert torch.equal(out.token_ids, teacher_forced_causal(model, ids, mask, out, seen, tau))
+    reused = teacher_forced_causal(model, ids, mask, out, [seen[0]] * 8, tau)
+    assert not torch.equal(out.token_ids, reused), "deciding every step with the first ε writes otherwise"
+    again = generate_ids(model, ids, mask, mode="causal", causal_temperature=tau, seed=4, max_new_tokens=8,
+                         eos_token_id=[])
+    assert torch.equal(again.token_ids, out.token_ids)
+    others = [generate_ids(model, ids, mask, mode="causal", causal_temperature=tau, seed=seed, max_new_tokens=8,
+                           eos_token_id=[]).token_ids for seed in (5, 6)]
+    assert not all(torch.equal(other, out.token_ids) for other in others)
+
+
+def test_sequence_scope_keeps_one_individual_for_the_whole_text():
+    model = convert(small_qwen(), ovr_calibration="none")
+    ids, mask = left_padded_ids()
+    seen, handle = recorded_individuals(model)
+    try:
+        out = generate_ids(model, ids, mask, **SEQUENCE, causal_temperature=2.0, seed=4, max_new_tokens=6,
+                           eos_token_id=[])
+    finally:
+        handle.remove()
+    assert all(torch.equal(c, seen[0]) for c in seen)
+    torch.testing.assert_close(seen[0], torch.tan(math.pi * (out.individual - 0.5)), rtol=0, atol=0)
+    assert torch.equal(out.token_ids, teacher_forced_causal(model, ids, mask, out, seen, 2.0))
+
+
+@pytest.mark.parametrize("scope", ["token", "sequence"])
+def test_zero_causal_temperature_is_standard_mode(scope):
+    """τ = 0 draws nothing: the causal decision is standard mode's, on a model whose scale varies by position."""
+    model = perturb(convert(small_qwen()))
+    ids, mask = left_padded_ids()
+    standard = generate_ids(model, ids, mask, mode="standard", max_new_tokens=10, eos_token_id=[])
+    causal = generate_ids(model, ids, mask, mode="causal", individual_scope=scope, causal_temperature=0.0, seed=1,
+                          max_new_tokens=10, eos_token_id=[])
+    assert torch.equal(causal.token_ids, standard.token_ids)
+    tiny = CausalQwenForCausalLM.from_qwen("random:tiny")  # calibrated: position-free scale, τ from the conversion
+    prompt = torch.randint(10, 150000, (2, 5), generator=torch.Generator().manual_seed(3))
+    expected = generate_ids(tiny, prompt, mode="standard", max_new_tokens=6, eos_token_id=[])
+    got = generate_ids(tiny, prompt, mode="causal", individual_scope=scope, causal_temperature=0, max_new_tokens=6,
+                       eos_token_id=[])
+    assert torch.equal(got.token_ids, expected.token_ids)
+    widened = generate_ids(tiny, prompt, mode="causal", individual_scope=scope, seed=1, max_new_tokens=6,
+                           eos_token_id=[])
+    assert tiny.config.causal_temperature > 0
+    assert not torch.equal(widened.token_ids, expected.token_ids), "the calibrated τ moves decisions"
+
+
+def test_intermediate_causal_temperature_keeps_the_undrawn_spread_in_the_scale():
+    """0 < τ < 1: u = loc_U + τ·scale_U ⊙ c and scale_S = |W|((1 − τ)·scale_U + |b_noise|) + γ_S."""
+    model = perturb(convert(small_qwen()))
+    ids = torch.randint(1, 400, (2, 6), generator=torch.Generator().manual_seed(2))
+    tau = 0.4
+    out = generate_ids(model, ids, **SEQUENCE, causal_temperature=tau, seed=3, max_new_tokens=1, eos_token_id=[])
+    with torch.no_grad():
+        forward = model(ids)
+        c = torch.tan(math.pi * (out.individual - 0.5)).float()
+        u = forward.loc_U[:, -1] + tau * forward.scale_U[:, -1] * c
+        loc_S, scale_S = model.action.classify(u, (1 - tau) * forward.scale_U[:, -1])
+    assert torch.equal(out.token_ids[:, 0], ovr_argmax_reference(loc_S, scale_S, model.ovr_thresholds()))
+
+
+# ---- standard mode ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("threshold_kind", ["scalar", "per_token"])
 def test_standard_generation_equals_naive_decision_on_perturbed_model(threshold_kind):
     model = perturb(convert(small_qwen(), ovr_threshold_kind=threshold_kind, ovr_threshold=1.0))
@@ -311,11 +380,11 @@ def test_standard_generation_equals_naive_decision_on_perturbed_model(threshold_
     assert torch.equal(out.token_ids, again.token_ids)  # deterministic
 
 
-def test_standard_shortcut_cache_follows_weight_updates():
+def test_standard_decision_follows_weight_updates():
     model = convert(small_qwen())
     ids, mask = left_padded_ids()
     generate_ids(model, ids, mask, mode="standard", max_new_tokens=2, eos_token_id=[])
-    with torch.no_grad():  # in place, as an optimizer step would: the row norms must be recomputed
+    with torch.no_grad():  # in place, as an optimizer step would: the cached scale must be recomputed
         model.action.classification_head.weight[::2] *= 3.0
     perturb(model)
     out = generate_ids(model, ids, mask, mode="standard", max_new_tokens=6, eos_token_id=[])
@@ -444,14 +513,23 @@ def test_bad_input_is_rejected_with_a_clear_message(small_model, tiny_model, tok
             generate_ids(small_model, ids, mask, max_new_tokens=bad)
     causal_size = small_model.config.causal_size
     with pytest.raises(ValueError, match=r"individual has shape \(5,\).*\(32,\)"):
-        generate_ids(small_model, ids, mask, mode="causal", individual=torch.full((5,), 0.5))
+        generate_ids(small_model, ids, mask, **SEQUENCE, individual=torch.full((5,), 0.5))
     with pytest.raises(ValueError, match="individual has shape"):
-        generate_ids(small_model, ids, mask, mode="causal", individual=torch.full((2, causal_size), 0.5))
+        generate_ids(small_model, ids, mask, **SEQUENCE, individual=torch.full((2, causal_size), 0.5))
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
-        generate_ids(small_model, ids, mask, mode="causal", individual=torch.ones(causal_size))
+        generate_ids(small_model, ids, mask, **SEQUENCE, individual=torch.ones(causal_size))
+    with pytest.raises(ValueError, match="individual_scope='sequence'"):
+        generate_ids(small_model, ids, mask, mode="causal", individual=torch.full((causal_size,), 0.5))
+    with pytest.raises(ValueError, match="individual_scope must be one of token, sequence"):
+        generate_ids(small_model, ids, mask, mode="causal", individual_scope="text")
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="causal_temperature must be a finite number >= 0"):
+            generate_ids(small_model, ids, mask, mode="causal", causal_temperature=bad)
+    with pytest.raises(ValueError, match="only apply to mode 'causal'"):
+        generate_ids(small_model, ids, mask, mode="standard", causal_temperature=2.0)
     with pytest.raises(ValueError, match="only apply to mode 'traditional'"):
         generate_ids(small_model, ids, mask, mode="standard", temperature=0.7)
-    with pytest.raises(ValueError, match="only applies to mode 'causal'"):
+    with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         generate_ids(small_model, ids, mask, mode="standard", individual=torch.full((causal_size,), 0.5))
     with pytest.raises(ValueError, match="LEFT padding"):
         generate_ids(small_model, ids, mask.flip(-1))
@@ -476,13 +554,15 @@ def test_cli_generate_json_and_individual_replay(tmp_path, capsys, loaded_once):
     from causal_qwen.cli import main
 
     saved = tmp_path / "individual.json"
-    argv = ["generate", "--base", "random:tiny", "--mode", "causal", "--seed", "3", "--max-new-tokens", "5"]
+    argv = ["generate", "--base", "random:tiny", "--mode", "causal", "--individual-scope", "sequence", "--seed", "3",
+            "--max-new-tokens", "5"]
     assert main(argv + ["--json", "--save-individual", str(saved), "Hello there", "The sky is"]) == 0
     first = json.loads(capsys.readouterr().out)
     loaded_once()
     assert len(first) == 2 and len(first[0]["token_ids"]) == 5 and len(first[0]["individual"]) == 64
     assert json.loads(saved.read_text())["individuals"][1] == first[1]["individual"]
-    replay = ["generate", "--base", "random:tiny", "--mode", "causal", "--max-new-tokens", "5", "--json"]
+    replay = ["generate", "--base", "random:tiny", "--mode", "causal", "--individual-scope", "sequence",
+              "--max-new-tokens", "5", "--json"]
     assert main(replay + ["--individual", str(saved), "Hello there", "The sky is"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert [r["token_ids"] for r in second] == [r["token_ids"] for r in first]
@@ -554,10 +634,10 @@ def test_causal_mode_with_zero_noise_decides_by_loc_minus_threshold():
     ids, mask = left_padded_ids()
     steps, handle = recorded_abduction(model)
     try:
-        out = generate_ids(model, ids, mask, mode="causal", seed=5, max_new_tokens=8, eos_token_id=[])
+        out = generate_ids(model, ids, mask, **SEQUENCE, seed=5, max_new_tokens=8, eos_token_id=[])
     finally:
         handle.remove()
-    offsets = torch.tan(math.pi * (out.individual - 0.5))  # (B,C) float64
+    offsets = model.config.causal_temperature * torch.tan(math.pi * (out.individual - 0.5))  # (B,C) float64
     with torch.no_grad():
         for step, (loc_U, scale_U) in enumerate(steps):
             if loc_U.dim() == 3:

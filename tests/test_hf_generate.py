@@ -1,12 +1,14 @@
-"""`model.generate` (GenerationMixin) in the three modes equals the project's generator, numbers included."""
+"""`model.generate` (GenerationMixin) in the three modes: each step's token is the mode's decision recomputed without a
+cache, numbers included."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.core.generation import generate_ids
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -49,47 +51,48 @@ def left_padded(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return ids, mask, values
 
 
-def both_ways(model, mode: str, steps: int = 10):
-    ids, mask, values = left_padded()
-    options = dict(mode=mode, max_new_tokens=steps, eos_token_id=[], pad_token_id=0)
-    if mode == "traditional":
-        options["temperature"] = 0
-    ours = generate_ids(model, ids, mask, values, seed=5, **options)
-    hf = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        numeric_values=values,
-        mode=mode,
-        individual=ours.individual,
-        max_new_tokens=steps,
-        min_new_tokens=steps,
-        do_sample=False if mode == "traditional" else None,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-    )
-    return ids, values, ours, hf
+def teacher_forced(model, mode: str, ids, mask, values, sequences, numbers, individual=None, tau=None):
+    """Every generated position's decision and number, recomputed by one forward pass over the whole sequence."""
+    full_mask = torch.cat([mask, torch.ones_like(sequences[:, ids.shape[1] :])], 1)
+    positions = (full_mask.cumsum(-1) - 1).masked_fill(full_mask == 0, 0)
+    options = {}
+    if mode == "causal":
+        coordinates = torch.tan(math.pi * (individual - 0.5))  # (B,C)
+        options = dict(individual=coordinates, causal_temperature=model.config.causal_temperature if tau is None else tau)
+    with torch.no_grad():
+        out = model(sequences, numbers, attention_mask=full_mask, position_ids=positions, decision=mode, **options)
+    deciding = slice(ids.shape[1] - 1, sequences.shape[1] - 1)
+    number = out.individual_Y if mode == "causal" else out.loc_Y
+    return out.logits[:, deciding].argmax(-1), number[:, deciding]
 
 
 @pytest.mark.parametrize("number_bias", [0.0, 5.0], ids=["text", "numbers"])
 @pytest.mark.parametrize("mode", MODES)
-def test_model_generate_equals_the_project_generator(mode, number_bias):
+def test_model_generate_takes_the_decision_of_every_step(mode, number_bias):
     model = perturbed_model(number_bias)
-    ids, values, ours, hf = both_ways(model, mode)
+    ids, mask, values = left_padded()
+    options = dict(individual_scope="sequence", seed=5, causal_temperature=1.0) if mode == "causal" else {}
+    hf = model.generate(
+        input_ids=ids, attention_mask=mask, numeric_values=values, mode=mode, max_new_tokens=10, min_new_tokens=10,
+        do_sample=False if mode == "traditional" else None, pad_token_id=0, return_dict_in_generate=True, **options,
+    )
     generated = hf.sequences[:, ids.shape[1] :]
-    assert torch.equal(generated, ours.token_ids), mode
     assert torch.equal(hf.sequences[:, : ids.shape[1]], ids)
     assert hf.numeric_values.shape == hf.sequences.shape
     assert torch.equal(hf.numeric_values[:, : ids.shape[1]], values)
-    torch.testing.assert_close(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values, rtol=0, atol=0)
+    decisions, numbers = teacher_forced(model, mode, ids, mask, values, hf.sequences, hf.numeric_values,
+                                        hf.get("individual"), tau=1.0)
+    assert torch.equal(generated, decisions), mode
     is_number = generated == SMALL_NUM_ID
     generated_values = hf.numeric_values[:, ids.shape[1] :]
+    torch.testing.assert_close(generated_values[is_number], numbers[is_number].float(), rtol=1e-4, atol=1e-4)
     if number_bias:  # <NUM> every step: each value decided at a step is fed back into the next
         assert is_number.all() and (generated_values != 0).all()
         assert len(set(generated_values.flatten().tolist())) > 10, "values that depend on the context"
     else:
         assert not is_number.any() and (generated_values == 0).all()
     if mode == "causal":
-        assert torch.equal(hf.individual, ours.individual)
+        assert hf.individual.shape == (3, model.config.causal_size) and hf.seed == 5
 
 
 def test_standard_scores_are_the_decision_scores():
@@ -130,7 +133,7 @@ def test_generate_refuses_what_it_cannot_do():
         model.generate(input_ids=ids, mode="greedy")
     with pytest.raises(ValueError, match="do_sample applies to mode 'traditional' only"):
         model.generate(input_ids=ids, mode="standard", do_sample=True)
-    with pytest.raises(ValueError, match="individual only applies to mode 'causal'"):
+    with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         model.generate(input_ids=ids, mode="standard", individual=torch.full((3, 32), 0.5))
     with pytest.raises(ValueError, match="num_beams"):
         model.generate(input_ids=ids, num_beams=2)
@@ -144,15 +147,16 @@ def test_model_generate_on_the_tiny_preset():
     mask = torch.ones_like(ids)
     mask[1, :2] = 0
     ids = ids.masked_fill(mask == 0, 0)
+    values = torch.zeros(ids.shape)
     for mode in MODES:
-        options = dict(mode=mode, max_new_tokens=6, eos_token_id=[], pad_token_id=0)
-        ours = generate_ids(model, ids, mask, seed=1, **options, **({"temperature": 0} if mode == "traditional" else {}))
+        options = dict(individual_scope="sequence", seed=1) if mode == "causal" else {}
         hf = model.generate(
-            input_ids=ids, attention_mask=mask, mode=mode, individual=ours.individual, max_new_tokens=6,
-            min_new_tokens=6, do_sample=False, pad_token_id=0, return_dict_in_generate=True,
+            input_ids=ids, attention_mask=mask, mode=mode, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+            pad_token_id=0, return_dict_in_generate=True, **options,
         )
-        assert torch.equal(hf.sequences[:, ids.shape[1] :], ours.token_ids), mode
-        assert torch.equal(hf.numeric_values[:, ids.shape[1] :], ours.numeric_values), mode
+        decisions, _ = teacher_forced(model, mode, ids, mask, values, hf.sequences, hf.numeric_values,
+                                      hf.get("individual"))
+        assert torch.equal(hf.sequences[:, ids.shape[1] :], decisions), mode
 
 
 def test_mode_from_a_generation_config():
@@ -162,7 +166,8 @@ def test_mode_from_a_generation_config():
     ids, mask, _ = left_padded()
     config = GenerationConfig(mode="causal", max_new_tokens=4, min_new_tokens=4, pad_token_id=0)
     individual = torch.full((3, 32), 0.3, dtype=torch.float64)
-    from_config = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, individual=individual)
+    from_config = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, individual=individual,
+                                 individual_scope="sequence")
     direct = model.generate(input_ids=ids, attention_mask=mask, mode="causal", individual=individual, max_new_tokens=4,
-                            min_new_tokens=4, pad_token_id=0)
+                            min_new_tokens=4, pad_token_id=0, individual_scope="sequence")
     assert torch.equal(from_config, direct)

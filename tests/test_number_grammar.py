@@ -354,7 +354,7 @@ def _decimals(written: str) -> int:
 
 def test_generated_numbers_are_printed_to_their_scale(numeric):
     from causal_qwen import CausalQwenForCausalLM
-    from causal_qwen.core.generation import generate
+    from causal_qwen.core.text_generation import generate
 
     model = CausalQwenForCausalLM.from_qwen("random:tiny", ovr_calibration="none")
     with torch.no_grad():

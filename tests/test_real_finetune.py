@@ -100,7 +100,7 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
 
     # The <NUM> row's start (the example's ridge, 32 training days instead of 1,096): the converted row is Qwen's
     # untrained reserved row, ~29 bits below the text where a number follows, and the standard decision writes digits.
-    from causal_qwen.core.generation import generate
+    from causal_qwen.core.text_generation import generate
     from causal_qwen.evaluation.evaluation import text_bits
     from causal_qwen.training.collator import NumericCollator, tokenize_documents
     from causal_qwen.training.warm_start import warm_start

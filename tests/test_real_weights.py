@@ -99,3 +99,27 @@ def test_standard_generation_follows_the_base(real):
                               do_sample=False, pad_token_id=0, eos_token_id=eos)[0, ids.shape[1]:]
     ours = generate_ids(model, ids, mode="standard", max_new_tokens=new, min_new_tokens=new, eos_token_id=eos)
     assert torch.equal(ours.token_ids[0, :new], reference[:new]), tokenizer.decode(ours.token_ids[0].tolist())
+
+
+@torch.no_grad()
+def test_individuals_write_differently_and_one_replays(real):
+    """Issue 29 on real weights: with the calibrated causal temperature, token-scope sampling writes different
+    continuations for different seeds (and standard mode's only by chance), a sequence-scope individual replays
+    on a second prompt as a fresh run with its ε does, and another ε writes otherwise there."""
+    from causal_qwen.core.generation import generate_ids
+
+    _, model, tokenizer = real
+    assert model.config.causal_temperature > 1.0
+    first = tokenizer(["Once upon a time, in a small village, there lived"], return_tensors="pt")["input_ids"]
+    second = tokenizer(["My favourite dish to cook on a Sunday is"], return_tensors="pt")["input_ids"]
+    options = dict(max_new_tokens=12, min_new_tokens=12, eos_token_id=[])
+    standard = generate_ids(model, first, mode="standard", **options).token_ids[0]
+    sampled = [generate_ids(model, first, mode="causal", seed=seed, **options).token_ids[0] for seed in range(4)]
+    assert len({tuple(tokens.tolist()) for tokens in sampled}) >= 3
+    assert sum(torch.equal(tokens, standard) for tokens in sampled) <= 1
+    sequence = dict(mode="causal", individual_scope="sequence", **options)
+    drawn = [generate_ids(model, first, seed=seed, **sequence) for seed in (1, 2)]
+    replayed = generate_ids(model, second, individual=drawn[0].individual, **sequence).token_ids
+    fresh = generate_ids(model, second, individual=drawn[0].individual.clone(), **sequence).token_ids
+    other = generate_ids(model, second, individual=drawn[1].individual, **sequence).token_ids
+    assert torch.equal(replayed, fresh) and not torch.equal(replayed, other)

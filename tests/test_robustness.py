@@ -543,7 +543,7 @@ def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path
 # ---- generation within the model's positions ---------------------------------------------------------------
 def test_generation_caps_at_the_position_limit(assets, caplog):
     from causal_qwen.conversion.loading import load_model_and_tokenizer
-    from causal_qwen.core.generation import generate
+    from causal_qwen.core.text_generation import generate
 
     model, tokenizer = load_model_and_tokenizer(model_dir=str(assets / "converted"))
     limit = model.config.max_position_embeddings  # 256

@@ -1,5 +1,5 @@
-"""`model.generate` with text (`causal_qwen.core.text_generation`): the arguments, the streamer and the results give
-what the project's generator gives (pieces, texts, numbers, finish reasons, individuals, seeded samples); the
+"""Text in and out of `model.generate` (`causal_qwen.core.text_generation`): `generate` equals its documented steps
+(arguments, the streamer, its results: pieces, texts, numbers, finish reasons, individuals, seeded samples); the
 decision reads no full-vocabulary scale where a cached one decides; the generate command on top of it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 
 from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.core.cauchy import decision_score
-from causal_qwen.core.generation import MODES, generate, generate_ids
-from causal_qwen.core.text_generation import NumericTextStreamer, generate_arguments
+from causal_qwen.core.generation import MODES, generate_ids
+from causal_qwen.core.text_generation import NumericTextStreamer, generate, generate_arguments
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -41,7 +41,7 @@ def tiny_model():
 
 
 def through_model_generate(model, tokenizer, prompts, callback=None, track_text=True, **options):
-    """`generation.generate`'s call made with ``model.generate``: (results, the pieces sent to the callback)."""
+    """`generate`'s call made step by step with ``model.generate``: (results, the pieces sent to the callback)."""
     pieces: list = []
     streamer = NumericTextStreamer(tokenizer, callback=callback or pieces.append, track_text=track_text)
     with torch.inference_mode():
@@ -75,15 +75,15 @@ class number_bias:
             self.bias[self.num_id] -= self.amount
 
 
-# ---- the same generation as the project's generator ------------------------------------------------------------
+# ---- generate equals its documented steps ------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
-def test_texts_pieces_and_results_equal_the_project_generator(tiny_model, tokenizer, mode):
+def test_texts_pieces_and_results_equal_the_documented_steps(tiny_model, tokenizer, mode):
     """Traditional mode samples (temperature 1, seed 5): the same samples, from torch's seeded global generator."""
     options = {"seed": 5} if mode != "standard" else {}
     results = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode=mode, max_new_tokens=12, **options)
     assert all(len(result.token_ids) == 12 and result.finish_reason == "length" for result in results)
-    if mode == "causal":
-        assert results[0].individual.shape == (tiny_model.config.causal_size,)
+    if mode == "causal":  # the token scope: a fresh individual every token, replayed from the seed
+        assert results[0].individual is None and results[0].seed == 5
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -123,8 +123,9 @@ def test_sampling_options_and_a_replayed_individual(tiny_model, tokenizer):
     traditional = dict(mode="traditional", temperature=0.7, top_k=20, top_p=0.9, seed=11, max_new_tokens=10)
     assert_same_generation(tiny_model, tokenizer, PROMPTS, **traditional)
     greedy = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="traditional", temperature=0, max_new_tokens=6)
-    drawn = generate(tiny_model, tokenizer, PROMPTS[:1], mode="causal", seed=4, max_new_tokens=6)[0]
-    replayed = assert_same_generation(tiny_model, tokenizer, PROMPTS, mode="causal", individual=drawn.individual,
+    sequence = dict(mode="causal", individual_scope="sequence")
+    drawn = generate(tiny_model, tokenizer, PROMPTS[:1], **sequence, seed=4, max_new_tokens=6)[0]
+    replayed = assert_same_generation(tiny_model, tokenizer, PROMPTS, **sequence, individual=drawn.individual,
                                       max_new_tokens=6)
     assert replayed[0].token_ids == drawn.token_ids and torch.equal(replayed[2].individual, drawn.individual)
     assert greedy[0].individual is None
@@ -166,12 +167,14 @@ def test_the_streamer_can_be_iterated_from_another_thread(tiny_model, tokenizer)
         NumericTextStreamer(tokenizer).put(torch.zeros(1, 3, dtype=torch.long))
 
 
-def test_bad_options_give_the_project_generator_errors(tiny_model, tokenizer):
+def test_bad_options_give_clear_errors(tiny_model, tokenizer):
     cases = [
         (dict(mode="beam"), ValueError, "standard, causal, traditional"),
         (dict(mode="standard", temperature=0.7), ValueError, "only apply to mode 'traditional'"),
-        (dict(mode="standard", individual=[0.5] * 64), ValueError, "only applies to mode 'causal'"),
-        (dict(mode="causal", individual=[0.5] * 5), ValueError, "individual has shape"),
+        (dict(mode="standard", individual=[0.5] * 64), ValueError, "only apply to mode 'causal'"),
+        (dict(mode="causal", individual_scope="sequence", individual=[0.5] * 5), ValueError, "individual has shape"),
+        (dict(mode="causal", individual=[0.5] * 64), ValueError, "individual_scope='sequence'"),
+        (dict(mode="causal", causal_temperature=-1.0), ValueError, "causal_temperature"),
         (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
         (dict(mode="traditional", top_p=1.5), ValueError, "top_p"),
         (dict(stop_strings=[""]), ValueError, "stop strings must be non-empty"),
@@ -191,7 +194,7 @@ def test_bad_options_give_the_project_generator_errors(tiny_model, tokenizer):
 
 
 # ---- model.generate: seeds and the decision's cost -------------------------------------------------------------
-def test_a_seed_gives_the_project_generator_samples_and_leaves_torch_generators_alone():
+def test_a_seed_replays_the_samples_and_leaves_torch_generators_alone():
     model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID)
     ids = torch.randint(1, 400, (3, 7), generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=8, min_new_tokens=8, pad_token_id=0)  # both ban the model's end-of-sequence id
@@ -201,10 +204,14 @@ def test_a_seed_gives_the_project_generator_samples_and_leaves_torch_generators_
                              **options)
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.equal(sampled[:, ids.shape[1]:], ours.token_ids)
-    causal = generate_ids(model, ids, mode="causal", seed=7, **options)
-    hf = model.generate(input_ids=ids, mode="causal", seed=7, return_dict_in_generate=True, **options)
-    assert torch.equal(hf.individual, causal.individual)
-    assert torch.equal(hf.sequences[:, ids.shape[1]:], causal.token_ids)
+    other = generate_ids(model, ids, mode="traditional", seed=8, temperature=0.9, **options)
+    assert not torch.equal(other.token_ids, ours.token_ids)
+    for scope in ("token", "sequence"):
+        causal = generate_ids(model, ids, mode="causal", individual_scope=scope, seed=7, **options)
+        hf = model.generate(input_ids=ids, mode="causal", individual_scope=scope, seed=7, return_dict_in_generate=True,
+                            **options)
+        assert torch.equal(torch.get_rng_state(), state)
+        assert torch.equal(hf.sequences[:, ids.shape[1]:], causal.token_ids) and hf.seed == causal.seed == 7
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -212,14 +219,14 @@ def test_no_full_vocabulary_scale_is_formed_where_a_cached_one_decides(tiny_mode
     """The calibrated conversion has W_scale = 0: standard mode decides with the cached position-free scale (V,),
     causal mode with its constant scale, traditional mode on loc_S; none forms the (B,S,V) scale_S."""
     ids = torch.randint(10, 150000, (2, 5), generator=torch.Generator().manual_seed(3))
-    expected = generate_ids(tiny_model, ids, mode=mode, max_new_tokens=4, min_new_tokens=4, seed=1,
-                            **({"temperature": 0} if mode == "traditional" else {}))
+    expected = generate_ids(tiny_model, ids, mode=mode, max_new_tokens=4, min_new_tokens=4,
+                            **({"temperature": 0} if mode == "traditional" else {"seed": 1} if mode == "causal" else {}))
 
     def refuse(*args, **kwargs):
         raise AssertionError("the full scale_S was formed")
 
     monkeypatch.setattr(tiny_model.action, "classify", refuse)
-    hf = tiny_model.generate(input_ids=ids, mode=mode, individual=expected.individual, max_new_tokens=4,
+    hf = tiny_model.generate(input_ids=ids, mode=mode, seed=expected.seed, max_new_tokens=4,
                              min_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
     assert torch.equal(hf.sequences[:, ids.shape[1]:], expected.token_ids)
 
@@ -250,13 +257,15 @@ def cli(monkeypatch, tiny_model, tokenizer):
     "flags, options",
     [
         (["--mode", "causal", "--seed", "3"], dict(mode="causal", seed=3)),
+        (["--mode", "causal", "--seed", "3", "--individual-scope", "sequence", "--causal-temperature", "2e7"],
+         dict(mode="causal", seed=3, individual_scope="sequence", causal_temperature=2e7)),
         (["--mode", "traditional", "--seed", "2", "--temperature", "0.8", "--top-k", "40"],
          dict(mode="traditional", seed=2, temperature=0.8, top_k=40)),
         (["--stop", "e", "--min-new-tokens", "2"], dict(mode="standard", stop_strings=("e",), min_new_tokens=2)),
     ],
-    ids=["causal", "traditional", "standard-stop"],
+    ids=["causal", "causal-sequence", "traditional", "standard-stop"],
 )
-def test_cli_json_equals_the_project_generator(cli, capsys, tiny_model, tokenizer, flags, options):
+def test_cli_json_equals_generate(cli, capsys, tiny_model, tokenizer, flags, options):
     argv = ["generate", "--base", "random:tiny", "--max-new-tokens", "6", "--json", *flags, *PROMPTS[:2]]
     assert cli(argv) == 0
     printed = json.loads(capsys.readouterr().out)

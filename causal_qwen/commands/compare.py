@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 def _add_generation_parity(report, qwen, causal, tokenizer) -> None:
     """Greedy traditional generation vs ``Qwen2ForCausalLM.generate`` (from the generation module)."""
     try:
-        from ..core.generation import greedy_parity
+        from ..core.text_generation import greedy_parity
     except ImportError:
         return
     parity = greedy_parity(qwen, causal, tokenizer)

@@ -18,10 +18,13 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "generate",
         help="generate text (standard, causal or traditional mode)",
-        description="Continue each PROMPT with a CausalQwen model. Modes: standard (deterministic argmax of the "
-        "One-vs-Rest probabilities), causal (one sampled individual per prompt, shared across its positions; "
-        "--individual replays one), traditional (softmax over loc_S with --temperature/--top-k/--top-p; "
-        "--temperature 0 is greedy). Numbers are generated as values. Text is printed as it is produced.",
+        description="Continue each PROMPT with a CausalQwen model. Modes: standard (the model's own best decision: "
+        "deterministic argmax of the One-vs-Rest probabilities), causal (an individual decides: with "
+        "--individual-scope token, the default, a fresh individual for every token, i.e. sampling that follows the "
+        "model's uncertainty; with --individual-scope sequence one individual for the whole text, saved with "
+        "--save-individual and replayed on other prompts with --individual), traditional (the base's softmax over "
+        "loc_S with --temperature/--top-k/--top-p; --temperature 0 is greedy). Numbers are generated as values. "
+        "Text is printed as it is produced.",
     )
     add_model_arguments(parser)
     parser.add_argument("--mode", default="standard", help=f"one of {', '.join(MODES)} (default: standard)")
@@ -32,7 +35,12 @@ def register(subparsers) -> None:
     parser.add_argument("--top-k", type=int, default=None, help="traditional mode: keep the k most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, help="traditional mode: nucleus probability")
     parser.add_argument("--stop", action="append", default=None, metavar="STR", help="stop string (repeatable)")
-    parser.add_argument("--individual", default=None, metavar="FILE", help="causal mode: replay ε from this JSON file")
+    parser.add_argument("--individual-scope", default="token", choices=("token", "sequence"),
+                        help="causal mode: a fresh individual per token (default) or one per text (sequence)")
+    parser.add_argument("--causal-temperature", type=float, default=None, metavar="TAU",
+                        help="causal mode: the individual's spread τ (default: the model's calibrated value)")
+    parser.add_argument("--individual", default=None, metavar="FILE",
+                        help="causal mode, sequence scope: replay ε from this JSON file")
     parser.add_argument(
         "--save-individual", default=None, metavar="FILE", help="causal mode: write the individuals ε to FILE (JSON)"
     )
@@ -74,7 +82,7 @@ def _individual_argument(path: str | None, num_prompts: int):
 
 
 def _format_numbers(result) -> list[str]:
-    """The numbers of a `causal_qwen.core.generation.GenerationResult`, one line each."""
+    """The numbers of a `causal_qwen.core.text_generation.GenerationResult`, one line each."""
     lines = []
     for number in result.numbers:
         line = f"  number at token {number.token_index}: {number.text or format(number.value, '.6g')}"
@@ -89,8 +97,11 @@ def _format_numbers(result) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.mode not in MODES:
         raise ValueError(f"unknown mode {args.mode!r}; the modes are {', '.join(MODES)}")
-    if (args.individual or args.save_individual) and args.mode != "causal":
-        raise ValueError("--individual and --save-individual apply to --mode causal only")
+    if (args.individual or args.save_individual or args.causal_temperature is not None) and args.mode != "causal":
+        raise ValueError("--individual, --save-individual and --causal-temperature apply to --mode causal only")
+    if (args.individual or args.save_individual) and args.individual_scope != "sequence":
+        raise ValueError("--individual and --save-individual need --individual-scope sequence (one ε per text; "
+                         "a token-scope run replays from its --seed)")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     for index, prompt in enumerate(args.prompts):
@@ -135,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         stop_strings=tuple(args.stop or ()),
         individual=individual,
+        **({"individual_scope": args.individual_scope, "causal_temperature": args.causal_temperature}
+           if args.mode == "causal" else {}),
     )
     streamer = NumericTextStreamer(tokenizer, callback=None if args.json else show, track_text=not args.json)
     with torch.inference_mode():

@@ -29,6 +29,9 @@ other. In three steps, on the base's logits over a fixed calibration text:
 3. **Split.** ``γ_S = (1 − ρ)·σ``; ``s = ρ·σ/κ`` in every component, split as ``scale_U = (1 − noise_share)·s``
    (through ``b_scale``, with ``W_scale = 0``) and ``|b_noise| = noise_share·s``. Per-token thresholds, when the
    model has them, all start at ``t``.
+4. **Causal temperature.** With those set, ``config.causal_temperature`` (``τ``, read by causal mode alone) is
+   fitted on `TEMPERATURE_POSITIONS` of the same positions so that causal choices per token come closest to the
+   base's softmax (`causal_qwen.conversion.causal_temperature`).
 
 The sum ``Σ_k P_k`` grows with ``σ`` roughly as ``V·σ/(π·gap)`` (below its threshold a Cauchy keeps a tail mass
 ``scale/(π·gap)`` for every one of the V tokens), so sparse probabilities need a small ``σ``; docs/design.md
@@ -52,6 +55,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from .angle_sums import EXACT_TOP, AngleSums
+from .causal_temperature import calibrate_causal_temperature
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ ABOVE_TOP = 64  # top logits per position kept to count those above a threshold
 MAX_MEAN_ABOVE = 1.0  # logits above the level, on average over the calibration positions
 NOISE_SHARE = 0.1  # of the individual's share s: the part in b_noise (the rest is scale_U)
 INDIVIDUAL_SHARE = 1e-3  # ρ: the row-dependent share (|W| s)_k of every token's decision scale; γ_S holds the rest
+TEMPERATURE_POSITIONS = 512  # of the calibration positions (spread evenly over them), for the causal temperature
 
 
 @dataclass
@@ -80,7 +85,10 @@ class CalibrationReport:
     threshold_level: ``L``; margin: ``m``; scale: ``σ``; individual_share: ``ρ``, the row-dependent share of the
     decision scale; agreement: share of calibration positions where the standard decision equals the
     base's greedy token; prob_sum_mean: mean ``Σ_k P_k``; ovr_nll / softmax_nll: mean next-token NLL,
-    OvR-normalised and softmax (on the scale-search positions).
+    OvR-normalised and softmax (on the scale-search positions). causal_temperature: ``τ`` (step 4);
+    causal_cross_entropy / causal_softmax_entropy: the cross-entropy of causal choices against the softmax at ``τ``
+    and the softmax entropy, nats per position over each position's top logits (`CausalTemperatureFit`);
+    causal_seconds: the time step 4 took (part of ``seconds``).
     """
 
     positions: int
@@ -93,6 +101,10 @@ class CalibrationReport:
     ovr_nll: float
     softmax_nll: float
     seconds: float
+    causal_temperature: float = 1.0
+    causal_cross_entropy: float = math.nan
+    causal_softmax_entropy: float = math.nan
+    causal_seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -305,10 +317,11 @@ _MEMO: dict[tuple, tuple[Tensor, Tensor, Tensor, CalibrationReport]] = {}
 
 
 def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed: int = 0, memo_key: tuple | None = None) -> CalibrationReport:
-    """Set the thresholds, ``b_scale``/``W_scale``, ``b_noise`` and the token noise ``γ_S`` of a freshly converted
-    ``model`` (see the module docstring); ``loc_S`` is untouched. ``tokenizer``: a `NumericTokenizer` for the base's
-    vocabulary (the offline Qwen2.5 one by default). ``memo_key``: reuse an earlier result for the same base (and the
-    same tokenizer, settings and seed) within this process."""
+    """Set the thresholds, ``b_scale``/``W_scale``, ``b_noise``, the token noise ``γ_S`` and
+    ``config.causal_temperature`` of a freshly converted ``model`` (see the module docstring); ``loc_S`` is
+    untouched. ``tokenizer``: a `NumericTokenizer` for the base's vocabulary (the offline Qwen2.5 one by default).
+    ``memo_key``: reuse an earlier result for the same base (and the same tokenizer, settings and seed) within this
+    process."""
     started = time.perf_counter()
     config = model.config
     head = model.action.classification_head
@@ -317,11 +330,14 @@ def calibrate(model, tokenizer=None, *, positions: int = DEFAULT_POSITIONS, seed
                     tokenizer_fingerprint(tokenizer))
     if memo_key is not None and memo_key in _MEMO:
         thresholds, component_scales, token_noise, report = _MEMO[memo_key]
+        apply_calibration(model, thresholds, component_scales, token_noise)
     else:
-        thresholds, component_scales, token_noise, report = _fit(model, tokenizer, positions, seed)
+        thresholds, component_scales, token_noise, report, features = _fit(model, tokenizer, positions, seed)
+        apply_calibration(model, thresholds, component_scales, token_noise)
+        fit_causal_temperature(model, features, report, seed)
         if memo_key is not None:
             _MEMO[memo_key] = (thresholds, component_scales, token_noise, report)
-    apply_calibration(model, thresholds, component_scales, token_noise)
+    model.config.causal_temperature = report.causal_temperature
     report.seconds = time.perf_counter() - started
     logger.info("OvR calibration: %s", report.to_dict())
     return report
@@ -337,8 +353,25 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.blake2b(f"{text}|{getattr(tokenizer, 'num_token_id', None)}".encode(), digest_size=16).hexdigest()
 
 
-def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, Tensor, CalibrationReport]:
-    """Steps 1-3 of the module docstring: thresholds () or (V,), component scales ``s`` (C,), ``γ_S`` (), the report."""
+def fit_causal_temperature(model, features: Tensor, report: CalibrationReport, seed: int) -> None:
+    """Step 4: ``τ`` of the calibrated ``model`` on `TEMPERATURE_POSITIONS` of the calibration ``features`` (N,H),
+    written into ``report`` (the caller writes it into the config)."""
+    fit = calibrate_causal_temperature(model, features, positions=TEMPERATURE_POSITIONS, seed=seed)
+    report.causal_temperature = fit.temperature
+    report.causal_cross_entropy = fit.cross_entropy
+    report.causal_softmax_entropy = fit.softmax_entropy
+    report.causal_seconds = fit.seconds
+    logger.info(
+        "causal temperature %.6g (%.3g τ₀): cross-entropy of causal choices %.4f nats against the softmax entropy %.4f"
+        " (top %d logits, %.3f of the mass outside them; %d positions × %d draws, %.1f s)",
+        fit.temperature, fit.temperature / fit.unit if math.isfinite(fit.unit) else 0.0, fit.cross_entropy,
+        fit.softmax_entropy, fit.top, fit.outside_mass, fit.positions, fit.draws, fit.seconds,
+    )
+
+
+def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, Tensor, CalibrationReport, Tensor]:
+    """Steps 1-3 of the module docstring: thresholds () or (V,), component scales ``s`` (C,), ``γ_S`` (), the report,
+    and the calibration features (N,H) for step 4."""
     head = model.action.classification_head
     vocab_size = head.weight.shape[0]
     if tokenizer is None and vocab_size > QWEN25_TEXT_IDS:
@@ -373,7 +406,7 @@ def _fit(model, tokenizer, positions: int, seed: int) -> tuple[Tensor, Tensor, T
         softmax_nll=float(figures["softmax_nll"]),
         seconds=0.0,
     )
-    return thresholds, component_scales, token_noise, report
+    return thresholds, component_scales, token_noise, report, features
 
 
 @torch.no_grad()

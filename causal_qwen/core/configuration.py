@@ -53,6 +53,11 @@ class CausalQwenConfig(Qwen2Config):
         the decision scale (`causal_qwen.conversion.calibration`): ``"base_agreement"`` fits them to the base's
         logits on a fixed calibration text; ``"none"`` keeps the literal ``initial_scale`` / ``noise_init`` / ``ovr_threshold``.
     calibration_positions (`int`, defaults to 4096): calibration text positions used by ``"base_agreement"``.
+    causal_temperature (`float`, defaults to 1.0): ``τ``, causal mode's factor on the individual's spread at decision
+        time only: an individual is drawn as ``u = loc_U + τ·scale_U ⊙ tan(π(ε − ½))``, so each token's score moves
+        by a Cauchy of scale ``τ·(|W_cls| scale_U)_k``. Standard and traditional mode, the losses and training never
+        read it. ``"base_agreement"`` sets it at conversion so that causal choices per token come closest to the
+        base's softmax (`causal_qwen.conversion.causal_temperature`); 0 means no individual spread at all.
     """
 
     model_type = "causal_qwen"
@@ -77,6 +82,7 @@ class CausalQwenConfig(Qwen2Config):
     seed: int = 0
     ovr_calibration: str = "base_agreement"
     calibration_positions: int = 4096
+    causal_temperature: float = 1.0
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -111,6 +117,11 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
         if not (math.isfinite(self.token_noise_init) and self.token_noise_init >= 0):
             raise ValueError(f"CausalQwenConfig.token_noise_init must be finite and >= 0, got {self.token_noise_init!r}")
+        temperature = self.causal_temperature
+        if isinstance(temperature, bool) or not (
+            isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0
+        ):
+            raise ValueError(f"CausalQwenConfig.causal_temperature must be a finite number >= 0, got {temperature!r}")
         if not math.isfinite(self.ovr_threshold):
             raise ValueError(f"CausalQwenConfig.ovr_threshold must be finite, got {self.ovr_threshold!r}")
         if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):

@@ -20,18 +20,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-from transformers import GenerationMixin, Qwen2Model, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationMixin, Qwen2Model
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-from .cauchy import decision_score, linear_transform, ovr_probability
+from .cauchy import linear_transform, ovr_probability
+from .decisions import decision_scores
 from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbedding, OvrThresholds
@@ -45,9 +45,10 @@ class CausalQwenOutput(ModelOutput):
 
     loss: () ``cls_loss + λ·reg_loss`` when ``labels`` are given; cls_loss, reg_loss: () its parts.
     num_targets: () number of ``<NUM>`` targets the regression term averaged over.
-    logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions. Inside `generate`: the
-    mode's decision scores, and ``loc_S``/``scale_S`` only where the mode reads them (`_GenerationState.decide`).
+    logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions. With ``decision="standard"``
+    or ``"causal"``: the mode's decision scores (`decisions.decision_scores`), ``loc_S``/``scale_S`` not formed.
     loc_S, scale_S: (B,S',V) OvR decision scores; loc_Y, scale_Y: (B,S') number regression.
+    individual_Y: (B,S') with an individual (causal decision): its number ``W_reg u + b_reg``.
     loc_U, scale_U: (B,S',C) individual representation; features: (B,S',H) the backbone's last hidden state ``z``.
     """
 
@@ -62,6 +63,7 @@ class CausalQwenOutput(ModelOutput):
     scale_Y: Tensor | None = None
     loc_U: Tensor | None = None
     scale_U: Tensor | None = None
+    individual_Y: Tensor | None = None
     features: Tensor | None = None
     cache: Cache | None = None
 
@@ -189,6 +191,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | Tensor = 0,
         return_scores: bool | None = None,
+        decision: str | None = None,
+        individual: Tensor | None = None,
+        causal_temperature: float = 1.0,
         **kwargs,
     ) -> CausalQwenOutput:
         """Run the backbone and the causal heads.
@@ -200,7 +205,16 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``logits_to_keep``: as in Qwen, evaluate the heads on the last k positions only (0 = all).
         ``return_scores``: build the (B,S,V) ``loc_S``/``scale_S``; by default yes, except when ``labels`` are
         given and the fused loss is used (training never needs them).
+        ``decision``: the logits to return at the kept positions, computing only what they read: ``"traditional"``
+        ``loc_S`` alone, ``"standard"`` the OvR decision scores, ``"causal"`` the decision scores of the individual
+        ``u = loc_U + τ·scale_U ⊙ c`` with ``individual`` c (B,C) or (B,S',C), its standard-Cauchy coordinates, and
+        ``causal_temperature`` τ (`decisions.decision_scores`; its number in ``individual_Y``); None: ``loc_S`` and
+        ``scale_S`` (the default).
         """
+        if decision not in (None, "traditional", "standard", "causal"):
+            raise ValueError(f"decision must be None, 'traditional', 'standard' or 'causal', got {decision!r}")
+        if (decision == "causal") != (individual is not None):
+            raise ValueError("decision='causal' needs an individual, and an individual needs decision='causal'")
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
         if inputs_embeds is None:
             if input_ids is None:
@@ -239,10 +253,17 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
         output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
         output.loc_Y, output.scale_Y = self.action.regress(loc_U, scale_U)  # (B,S') each
-        state = self._generation_state
-        if state is not None and return_scores:
-            state.decide(self, output)  # inside `generate`: the mode's scores, from only what the mode reads
-        elif return_scores:
+        if not return_scores:
+            return output
+        if decision in ("standard", "causal"):
+            output.logits, u = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
+            if u is not None:
+                regression = self.action.regression_head
+                output.individual_Y = F.linear(u, regression.weight, regression.bias).squeeze(-1)  # (B,S')
+        elif decision == "traditional":
+            head = self.action.classification_head
+            output.loc_S = output.logits = F.linear(loc_U, head.weight, head.bias)  # (B,S',V)
+        else:
             output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
             output.logits = output.loc_S
         return output
@@ -376,14 +397,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         return ovr_probability(loc_S, scale_S, self.ovr_thresholds())
 
     # ---- GenerationMixin.generate ----------------------------------------------------------------------------
-    _generation_state = None  # a _GenerationState while `generate` runs
-
     def generate(
         self,
         inputs: Tensor | None = None,
         generation_config=None,
         *,
         mode: str | None = None,
+        individual_scope: str = "token",
+        causal_temperature: float | None = None,
         individual: Tensor | None = None,
         numeric_values: Tensor | None = None,
         seed: int | None = None,
@@ -391,25 +412,23 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
     ):
         """`GenerationMixin.generate` in one of the three modes of docs/design.md ("Decision rules"), with numbers.
 
-        ``mode`` (or ``generation_config.mode``; default ``"traditional"``): ``"traditional"`` decodes on
-        ``loc_S`` (softmax, greedy or sampled, every Hugging Face option); ``"standard"`` and ``"causal"`` are
-        deterministic: the step's logits are the decision scores (`cauchy.decision_score`,
-        `generation.causal_scores`), whose argmax is the OvR decision. ``individual``: ε (B,C) or (C,) of causal
-        mode (drawn when None). ``numeric_values`` (B,P): the prompt's numbers. ``seed``: the individual is drawn
-        from a generator seeded with it, and traditional sampling runs with torch's global generators seeded with
-        it (their states restored after), as `generation.generate` does with the same seed; without a seed both
-        come from torch's global generator.
+        ``mode`` (or ``generation_config.mode``; default ``"traditional"``): ``"traditional"`` decodes on ``loc_S``
+        (softmax, greedy or sampled, every Hugging Face option); in ``"standard"`` and ``"causal"`` mode the step's
+        logits are the decision scores (`decisions.decision_scores`) and greedy search takes their argmax.
+        Causal mode: ``individual_scope="token"`` draws a fresh individual ε for every position (causal sampling),
+        ``"sequence"`` one for the whole text (``individual``: ε (B,C) or (C,) replays one);
+        ``causal_temperature``: τ (None: ``config.causal_temperature``). ``numeric_values`` (B,P): the prompt's
+        numbers. ``seed`` draws ε, and in traditional mode seeds torch's global generators for the sampling (their
+        states restored after); without one a seed is drawn from torch's global generator.
 
-        A generated ``<NUM>`` carries ``loc_Y`` (standard, traditional) or ``W_reg u + b_reg`` (causal) and is fed
-        back as that position's value. With ``return_dict_in_generate=True`` the output also holds
-        ``numeric_values`` (B, P+T), ``numeric_scales`` (B, P+T) (``scale_Y`` of each generated ``<NUM>``; NaN
-        elsewhere and in causal mode) and, in causal mode, ``individual`` (B,C). KV cache, left padding, stopping
-        criteria (``stop_strings`` with ``tokenizer=``) and streamers are Hugging Face's; a streamer with a
-        ``follow`` method (`text_generation.NumericTextStreamer`) reads each new token's number and takes over the
-        stop strings (found in the text with its numbers written). One sequence per prompt: ``num_beams`` and
-        ``num_return_sequences`` must be 1.
+        A generated ``<NUM>`` carries ``loc_Y`` (the individual's ``W_reg u + b_reg`` in causal mode) into the next
+        step. With ``return_dict_in_generate=True`` the output also holds ``numeric_values`` (B, P+T),
+        ``numeric_scales`` (B, P+T) (``scale_Y`` of each generated ``<NUM>``, NaN elsewhere) and, in causal mode,
+        ``seed`` and (sequence scope) ``individual`` (B,C). A streamer with a ``follow`` method
+        (`text_generation.NumericTextStreamer`) reads each token's number and takes over the stop strings. One
+        sequence per prompt: ``num_beams`` and ``num_return_sequences`` must be 1.
         """
-        from .generation import MODES, _check_individual, _individual_offsets, _prepare_generator, sample_individual
+        from .generation import MODES, DecodingState
 
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the prompt's numbers: text only
         if mode is None:
@@ -433,206 +452,53 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             found = getattr(input_ids, "shape", input_ids)
             raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
-        if numeric_values is None:
-            values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)
-        else:
-            values = self._checked_numeric_values(input_ids, numeric_values).float()  # (B,P)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
-        device = input_ids.device
-        epsilon = offsets = None
-        if mode == "causal":
-            batch, causal_size = input_ids.shape[0], self.config.causal_size
-            if individual is None:  # without a seed, the generator is seeded from torch's global generator
-                individual = sample_individual(batch, causal_size, _prepare_generator(seed, device), device)
-            epsilon = _check_individual(individual, batch, causal_size, device)  # (B,C) float64
-            offsets = _individual_offsets(epsilon)  # (B,C) float64
-        elif individual is not None:
-            raise ValueError(f"an individual only applies to mode 'causal', not {mode!r}")
-        state = _GenerationState(
-            mode=mode,
-            values=values,
-            scales=torch.full_like(values, math.nan),
-            num_token_id=self.config.num_token_id,
-            offsets=offsets,
-            individual=epsilon,
+        state = DecodingState.start(
+            self, input_ids, numeric_values, mode, individual_scope, causal_temperature, individual, seed
         )
-        generation_config = self._add_number_criteria(state, generation_config, kwargs)
-        self._generation_state = state
-        try:
-            with _seeded_global_generators(seed if mode == "traditional" else None, device):
-                out = super().generate(inputs, generation_config, **kwargs)
-        finally:
-            self._generation_state = None
+        generation_config = state.add_criteria(generation_config, self.generation_config, kwargs)
+        with _seeded_global_generators(seed if mode == "traditional" else None, input_ids.device):
+            out = super().generate(inputs, generation_config, decoding=state, **kwargs)
         if isinstance(out, ModelOutput):
             state.extend_to(out.sequences)
             out["numeric_values"] = state.values
             out["numeric_scales"] = state.scales
-            if epsilon is not None:
-                out["individual"] = epsilon
+            if mode == "causal":
+                out["seed"] = state.seed
+                if state.individual is not None:
+                    out["individual"] = state.individual
         return out
 
-    def _add_number_criteria(self, state: "_GenerationState", generation_config, kwargs: dict):
-        """Put the stopping criteria that read numbers in ``kwargs``: first `_NumbersOfNewTokens` (so that every later
-        criterion and the streamer see the newest token's number), then the caller's, then the criterion of a streamer
-        that has a ``follow`` method, which also takes over the stop strings. Returns the generation config to use."""
-        criteria = StoppingCriteriaList([_NumbersOfNewTokens(state)])
-        criteria.extend(kwargs.get("stopping_criteria") or ())
-        streamer = kwargs.get("streamer")
-        if hasattr(streamer, "follow"):
-            options = {
-                name: _generation_option(name, generation_config, self.generation_config, kwargs)
-                for name in ("eos_token_id", "max_new_tokens", "max_length", "stop_strings")
-            }
-            max_new_tokens = options["max_new_tokens"]
-            if max_new_tokens is None:  # Hugging Face's default length: max_length = 20 in all
-                max_new_tokens = (options["max_length"] or 20) - state.values.shape[1]
-            stop_strings = options["stop_strings"]
-            criteria.append(streamer.follow(state, options["eos_token_id"], max_new_tokens, stop_strings))
-            if stop_strings:  # found in the text by the streamer, not in the tokens by Hugging Face
-                kwargs.pop("stop_strings", None)
-                if generation_config is not None:
-                    generation_config = copy.deepcopy(generation_config)
-                    generation_config.stop_strings = None
-                else:
-                    kwargs["stop_strings"] = None  # also over the model's generation_config
-        kwargs["stopping_criteria"] = criteria
-        return generation_config
-
-    def prepare_inputs_for_generation(self, input_ids, numeric_values=None, **kwargs):
-        """Slice the inputs of the next step, with each position's numeric value: inside `generate`, a generated
-        ``<NUM>`` gets the value decided with it; ``numeric_values`` passed directly cover the prompt (0 after)."""
+    def prepare_inputs_for_generation(self, input_ids, decoding=None, numeric_values=None, **kwargs):
+        """Slice the inputs of the next step. Inside `generate` the `generation.DecodingState` (``decoding``) adds the
+        step's numbers and decision (the mode, and causal mode's individual); ``numeric_values`` passed directly
+        cover the prompt (0 after)."""
         model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         step_ids = model_inputs.get("input_ids")
-        state = self._generation_state
-        if state is not None:
-            state.extend_to(input_ids)
-            values = state.values  # (B,L)
+        if step_ids is None:
+            return model_inputs
+        if decoding is not None:
+            model_inputs.update(decoding.step_inputs(self, input_ids, step_ids.shape[1]))
         elif numeric_values is not None:
             values = torch.zeros_like(input_ids, dtype=numeric_values.dtype)  # (B,L)
             width = min(numeric_values.shape[1], input_ids.shape[1])
             values[:, :width] = numeric_values[:, :width]
-        else:
-            values = None
-        if values is not None and step_ids is not None:
             model_inputs["numeric_values"] = values[:, -step_ids.shape[1] :]
         return model_inputs
 
-
-@dataclass
-class _GenerationState:
-    """What `CausalQwenForCausalLM.generate` keeps between steps.
-
-    values: (B,L) the numeric value of every position so far; scales: (B,L) ``scale_Y`` of every generated
-    ``<NUM>`` (NaN elsewhere, and in causal mode); pending, pending_scale: (B,) the value and scale a ``<NUM>``
-    chosen at the last step carries; offsets: (B,C) ``tan(π(ε − ½))`` of causal mode (float64); individual:
-    ε (B,C) of causal mode.
-    """
-
-    mode: str
-    values: Tensor
-    scales: Tensor
-    num_token_id: int
-    offsets: Tensor | None = None
-    individual: Tensor | None = None
-    pending: Tensor | None = None
-    pending_scale: Tensor | None = None
-
-    def extend_to(self, input_ids: Tensor) -> None:
-        """Give the positions ``input_ids`` has beyond ``values`` their values and scales (the pending number's for
-        ``<NUM>``, else 0 and NaN)."""
-        new = input_ids.shape[1] - self.values.shape[1]
-        if new <= 0:
-            return
-        is_number = input_ids[:, -new:] == self.num_token_id  # (B,new)
-        batch = is_number.shape[0]
-        pending = self.values.new_zeros(batch) if self.pending is None else self.pending  # (B,)
-        pending_scale = self.scales.new_full((batch,), math.nan) if self.pending_scale is None else self.pending_scale
-        added = torch.where(is_number, pending.unsqueeze(-1).to(self.values.dtype), 0.0)  # (B,new)
-        added_scales = torch.where(is_number, pending_scale.unsqueeze(-1).to(self.scales.dtype), math.nan)  # (B,new)
-        self.values = torch.cat([self.values, added], dim=-1)
-        self.scales = torch.cat([self.scales, added_scales], dim=-1)
-
-    def decide(self, model: "CausalQwenForCausalLM", output: CausalQwenOutput) -> None:
-        """Set ``output.logits`` (B,S',V) to the mode's decision scores at the kept positions, computing only what the
-        mode reads, and remember the number a ``<NUM>`` chosen at the last position would carry:
-
-            traditional  loc_S = W_cls loc_U + b_cls                                (``scale_S`` is not formed)
-            standard     (loc_S − t)·(1/scale_S) with the cached position-free scale_S (V,) when W_scale = 0
-                         (`generation.position_free_scale`); else (loc_S − t)/scale_S with the full (B,S',V) scale_S
-            causal       (W_cls u + b_cls − t)/scale_S, u = loc_U + scale_U·tan(π(ε − ½)), with the constant
-                         scale_S = |W_cls|·|b_noise| + γ_S (V,) (`generation.causal_scores`)
-
-        The standard and causal scores are those of `generation.generate_ids`, so their argmax is its decision.
-        """
-        if self.mode == "causal":
-            self._decide_causal(model, output)
-            return
-        loc_U, scale_U = output.loc_U, output.scale_U  # (B,S',C) each
-        self.pending = output.loc_Y[:, -1].float()  # (B,)
-        self.pending_scale = output.scale_Y[:, -1].float()  # (B,)
-        head = model.action.classification_head
-        if self.mode == "traditional":
-            output.loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S',V)
-            output.logits = output.loc_S
-            return
-        from .generation import position_free_scale
-
-        fixed = position_free_scale(model)  # ((V,), (V,)) or None
-        if fixed is None:
-            output.loc_S, output.scale_S = model.action.classify(loc_U, scale_U)  # (B,S',V) each
-            output.logits = decision_score(output.loc_S, output.scale_S, model.ovr_thresholds().detach())
-            return
-        thresholds = model.ovr_thresholds().detach().float()  # () or (V,)
-        output.loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S',V) in the weights' dtype
-        output.logits = (output.loc_S.float() - thresholds).mul_(fixed[1])  # (B,S',V) d·(1/scale_S) in float32
-
-    def _decide_causal(self, model: "CausalQwenForCausalLM", output: CausalQwenOutput) -> None:
-        from .generation import causal_scores, constant_scale
-
-        assert self.offsets is not None
-        loc_U, scale_U = output.loc_U, output.scale_U  # (B,S',C)
-        u = loc_U + (scale_U.double() * self.offsets.unsqueeze(1)).to(loc_U.dtype)  # (B,S',C) the individual
-        head = model.action.classification_head
-        scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
-        loc_S = F.linear(u, head.weight, head.bias)  # (B,S',V)
-        thresholds = model.ovr_thresholds().detach()
-        scores = causal_scores(loc_S.flatten(0, 1), scale_S, thresholds, None if has_zero else inverse_scale)
-        output.logits = scores.view(loc_S.shape)  # (B,S',V)
-        regression = model.action.regression_head
-        self.pending = F.linear(u[:, -1], regression.weight, regression.bias).squeeze(-1).float()  # (B,)
-        self.pending_scale = torch.full_like(self.pending, math.nan)  # the individual's number: no spread
-
-
-class _NumbersOfNewTokens(StoppingCriteria):
-    """Never stops a row: gives the token each step chose its number (`_GenerationState.extend_to`), so that the
-    criteria after it and the streamer read ``values``/``scales`` up to the newest position."""
-
-    def __init__(self, state: _GenerationState) -> None:
-        self.state = state
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Tensor | None, **kwargs) -> torch.BoolTensor:
-        self.state.extend_to(input_ids)
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # (B,)
-
-
-def _generation_option(name: str, given_config, model_config, kwargs: dict):
-    """A generation option as Hugging Face resolves it: the keyword argument, else the given config's value, else the
-    model's generation config's (None when neither sets it)."""
-    if name in kwargs:
-        return kwargs[name]
-    for config in (given_config, model_config):
-        value = getattr(config, name, None)
-        if value is not None:
-            return value
-    return None
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, *args, **kwargs):
+        """Hugging Face's update, and the number a ``<NUM>`` chosen at this step carries (`DecodingState.remember`)."""
+        decoding = model_kwargs.get("decoding")
+        if decoding is not None:
+            decoding.remember(outputs)
+        return super()._update_model_kwargs_for_generation(outputs, model_kwargs, *args, **kwargs)
 
 
 @contextlib.contextmanager
 def _seeded_global_generators(seed: int | None, device: torch.device):
     """Within it, torch's global generators are seeded with ``seed`` (the CPU one and ``device``'s are restored
-    after): Hugging Face samples from them, and ``torch.Generator().manual_seed(seed)`` draws the same stream, as
-    `generation.generate` samples with a seed. No seed: nothing changes."""
+    after): Hugging Face samples from them, so a seed replays the samples. No seed: nothing changes."""
     if seed is None:
         yield
         return

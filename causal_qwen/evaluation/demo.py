@@ -388,7 +388,7 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
         "scale_U_mean": report.scale_U_mean,
     }
     try:
-        from ..core.generation import greedy_parity
+        from ..core.text_generation import greedy_parity
 
         parity = greedy_parity(qwen, model, tokenizer)
         summary.update(parity)
@@ -527,14 +527,15 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
         options = dict(seed=settings.seed) if mode == "traditional" else {}
         for row, result in zip(picked, _generate(model, tokenizer, prompts, mode=mode, **common, **options)):
             records.append({**_generation_record(result), "true": float(row[settings.target])})
-    first = _generate(model, tokenizer, prompts[:1], mode="causal", seed=settings.seed, **common)[0]
+    common.update(mode="causal", individual_scope="sequence")
+    first = _generate(model, tokenizer, prompts[:1], seed=settings.seed, **common)[0]
     individual = first.individual
-    replayed = _generate(model, tokenizer, prompts, mode="causal", individual=individual, **common)
+    replayed = _generate(model, tokenizer, prompts, individual=individual, **common)
     for row, prompt, result in zip(picked, prompts, replayed):
         value = individual_number(model, tokenizer, prompt, individual)
         records.append({**_generation_record(result), "true": float(row[settings.target]), "replayed_individual": True,
                         "individual_number": value})
-    again = _generate(model, tokenizer, prompts[:1], mode="causal", individual=individual, **common)[0]
+    again = _generate(model, tokenizer, prompts[:1], individual=individual, **common)[0]
     records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
     for record in records:
         if "mode" in record:
@@ -547,28 +548,23 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
 
 
 def _generate(model, tokenizer, prompts: list[str], **options) -> list:
-    """``model.generate`` on the prompts (`text_generation.generate_arguments` takes `generation.generate`'s
-    options); one `GenerationResult` per prompt."""
-    from ..core.text_generation import NumericTextStreamer, generate_arguments
+    """`text_generation.generate` on the prompts: one `GenerationResult` per prompt."""
+    from ..core.text_generation import generate
 
-    streamer = NumericTextStreamer(tokenizer, track_text=False)
-    with torch.inference_mode():
-        model.generate(**generate_arguments(model, tokenizer, prompts, **options), streamer=streamer)
-    return streamer.results(prompts)
+    return generate(model, tokenizer, prompts, **options)
 
 
 @torch.no_grad()
 def individual_number(model, tokenizer, prompt: str, epsilon: Tensor) -> float:
-    """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U·tan(π(ε − ½))``
-    at the last position, then ``W_reg u + b_reg`` (docs/design.md, "Decision rules", causal mode)."""
-    from ..core import cauchy
+    """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U ⊙ τ·tan(π(ε − ½))`` at the
+    last position (τ: ``config.causal_temperature``), then ``W_reg u + b_reg`` (docs/design.md, "Decision rules")."""
+    from ..core.decisions import cauchy_coordinates
 
     encoded = tokenizer([prompt], return_tensors="pt")
     out = model(input_ids=encoded["input_ids"], numeric_values=encoded["numeric_values"], logits_to_keep=1,
-                return_scores=False)
-    u = cauchy.sample(out.loc_U[0, -1].double(), out.scale_U[0, -1].double(), epsilon.reshape(-1).double())  # (C,)
-    head = model.action.regression_head
-    return float(head(u.to(head.weight.dtype)).squeeze())
+                decision="causal", individual=cauchy_coordinates(epsilon.reshape(1, -1)),
+                causal_temperature=model.config.causal_temperature)
+    return float(out.individual_Y[0, -1])
 
 
 def _generation_record(result) -> dict[str, Any]:

@@ -71,7 +71,7 @@ import torch
 from torch import Tensor
 
 from ..core import cauchy, losses
-from ..core.generation import constant_scale
+from ..core.decisions import constant_scale
 from .row_blocks import row_blocks
 
 logger = logging.getLogger(__name__)

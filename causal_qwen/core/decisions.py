@@ -1,0 +1,200 @@
+"""The decision rules of docs/design.md ("Decision rules"), written once: pure tensor functions that turn the heads'
+outputs at a position into scores whose argmax is the mode's decision.
+
+Shape legend: B batch, S positions, C causal size, V vocabulary rows.
+
+    traditional  scores = loc_S = W_cls loc_U + b_cls                      (softmax sampling / greedy on top)
+    standard     scores = (loc_S − t) / scale_S,  scale_S = |W_cls| (scale_U + |b_noise|) + γ_S
+                 argmax_k scores = argmax_k P(S_k > t_k)
+    causal       u = loc_U + τ·scale_U ⊙ c,  c = tan(π(ε − ½)),  ε ~ U(0,1)^C   (the individual)
+                 scores = (W_cls u + b_cls − t) / scale_S°,
+                 scale_S° = |W_cls| (max(1 − τ, 0)·scale_U + |b_noise|) + γ_S
+                 (for τ ≥ 1 the constant |W_cls| |b_noise| + γ_S (V,)); a row with scale_S°_k = 0 is certain
+
+``c`` are the individual's standard-Cauchy coordinates and ``τ`` the causal temperature (``config.causal_temperature``),
+the individual's spread at decision time only, so standard mode, the probabilities and the losses never see it. Since
+Cauchy scales add, ``U = loc_U + τ·scale_U ⊙ c + Cauchy(0, (1 − τ)·scale_U)`` for ``τ ≤ 1``: the part of the
+individual not drawn stays in the decision's scale. So ``τ = 0`` is standard mode's decision exactly (nothing drawn),
+``τ = 1`` draws ``U ~ Cauchy(loc_U, scale_U)`` itself, and ``τ > 1`` widens the draw beyond the abducted spread.
+``loc_S`` is computed in the weights' dtype, as the forward pass computes it; the rest in float32.
+
+Constant scales are cached per module until one of their weights changes (`_derived`).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from .cauchy import decision_score
+
+__all__ = [
+    "decision_scores",
+    "causal_scores",
+    "constant_scale",
+    "position_free_scale",
+    "cauchy_coordinates",
+    "sample_individual",
+]
+
+# ============================================================================================================
+# Caches of weight-derived tensors (recomputed when a weight changes in place or is replaced)
+# ============================================================================================================
+_DERIVED: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, tuple[tuple, Any]]]" = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(tensors: Sequence[Tensor]) -> tuple:
+    return tuple((t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device) for t in tensors)
+
+
+def _derived(owner: torch.nn.Module, name: str, sources: Sequence[Tensor], compute: Callable[[], Any]) -> Any:
+    """``compute()`` cached on ``owner`` under ``name`` until one of ``sources`` changes (its storage or its version
+    counter: in-place updates by optimizers, ``copy_``, ``load_state_dict``)."""
+    key = _fingerprint(sources)
+    entries = _DERIVED.setdefault(owner, {})
+    entry = entries.get(name)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    with torch.no_grad():
+        value = compute()
+    entries[name] = (key, value)
+    return value
+
+
+def _constant_scale(weight: Tensor, s: Tensor, token_noise: Tensor, block: int = 16384) -> tuple[Tensor, Tensor, bool]:
+    """``scale_S = |W| |s| + γ_S`` (V,) float32, built ``block`` rows at a time; ``1/scale_S`` (V,) (``1/tiny`` where
+    the scale is 0); and whether some row's scale is 0. s: (C,); token_noise: ``γ_S`` ()."""
+    s32 = s.detach().abs().float()  # (C,)
+    parts = [
+        F.linear(s32, weight[start : start + block].detach().abs().float())  # (block,)
+        for start in range(0, weight.shape[0], block)
+    ]
+    scale = torch.cat(parts).add_(token_noise.detach().abs().float())  # (V,)
+    inverse = 1.0 / scale.clamp_min(torch.finfo(torch.float32).tiny)  # (V,)
+    return scale, inverse, bool((scale == 0).any())
+
+
+def constant_scale(action: torch.nn.Module) -> tuple[Tensor, Tensor, bool]:
+    """Causal mode's scale ``scale_S° = |W_cls| |b_noise| + γ_S`` of an `ActionNetwork`: ``(scale (V,), 1/scale (V,),
+    some row is 0)``, cached until ``W_cls``, ``b_noise`` or ``γ_S`` change."""
+    head = action.classification_head
+    sources = (head.weight, action.b_noise, action.token_noise)
+    return _derived(
+        action, "constant_scale", sources, lambda: _constant_scale(head.weight, action.b_noise, action.token_noise)
+    )
+
+
+def position_free_scale(model) -> tuple[Tensor, Tensor] | None:
+    """Standard mode's ``(scale_S, 1/scale_S)`` (V,) float32 when it does not depend on the position, else None.
+
+    With ``W_scale = 0`` (as after the calibration at conversion) ``scale_U = softplus(b_scale)`` is the same at every
+    position, so ``scale_S = |W_cls| (softplus(b_scale) + |b_noise|) + γ_S`` is one vector, cached until one of those
+    parameters changes; every row's scale must be positive (else None: the full scale decides)."""
+    scale_net, action = model.abduction.scale_net, model.action
+    head = action.classification_head
+    sources = (scale_net.weight, scale_net.bias, action.b_noise, action.token_noise, head.weight)
+
+    def build():
+        if bool(scale_net.weight.detach().any()):
+            return None
+        s = action.decision_scale(F.softplus(scale_net.bias.detach().float()))  # (C,)
+        scale, inverse, has_zero = _constant_scale(head.weight, s, action.token_noise)  # (V,) each
+        return None if has_zero else (scale, inverse)
+
+    return _derived(action, "position_free_scale", sources, build)
+
+
+def _float_thresholds(model) -> Tensor:
+    """The thresholds ``t`` in float32, () or (V,), cached until they change."""
+    values = model.ovr_thresholds.values
+    return _derived(model.ovr_thresholds, "float_thresholds", (values,), lambda: values.detach().float())
+
+
+# ============================================================================================================
+# Decision rules
+# ============================================================================================================
+def causal_scores(
+    loc_S: Tensor, scale_S: Tensor, threshold: Tensor | float, inverse_scale: Tensor | None = None
+) -> Tensor:
+    """Scores (...,V) float32 whose argmax is ``argmax_k P(S_k > t_k)`` for ``S_k ~ Cauchy(loc_S_k, scale_S_k)`` with a
+    position-free scale that may be 0.
+
+    loc_S: (...,V) (``-inf`` bans a row); scale_S: (V,) ≥ 0; threshold: () or (V,); inverse_scale: (V,) ``1/scale_S``,
+    given only when every scale is positive (then the scores are ``d·(1/scale_S)``).
+
+    With ``d = loc_S − t``: a row with ``scale_S_k > 0`` has ``P_k = ½ + atan(d_k/scale_S_k)/π``, ordered by
+    ``d_k/scale_S_k``; a row with ``scale_S_k = 0`` is certain, ``P_k = 1`` if ``d_k > 0`` else 0. So where some certain
+    row has ``d > 0`` the scores are ``d`` on those rows and ``-inf`` elsewhere; otherwise ``d/scale_S`` on the rows
+    with a positive scale and ``-inf`` on the certain ones; with no positive scale at all, ``d`` itself.
+    """
+    threshold = torch.as_tensor(threshold, device=loc_S.device).float()
+    if inverse_scale is not None:
+        return (loc_S.float() - threshold).mul_(inverse_scale)
+    zero = scale_S == 0  # (V,)
+    if not bool(zero.any()):
+        return decision_score(loc_S, scale_S, threshold)
+    distance = loc_S.float() - threshold  # (...,V)
+    if bool(zero.all()):
+        return distance
+    ratio = (distance / scale_S.where(~zero, 1.0)).masked_fill(zero, -math.inf)  # (...,V) certain rows out
+    certain_win = distance.masked_fill(~zero | (distance <= 0), -math.inf)  # (...,V) d of rows with P = 1
+    has_certain_win = (certain_win > -math.inf).any(dim=-1, keepdim=True)  # (...,1)
+    return torch.where(has_certain_win, certain_win, ratio)
+
+
+def decision_scores(
+    model, loc_U: Tensor, scale_U: Tensor, coordinates: Tensor | None = None, temperature: float = 1.0
+) -> tuple[Tensor, Tensor | None]:
+    """The standard (``coordinates`` None) or causal decision scores of ``model`` (a `CausalQwenForCausalLM`), and the
+    individual ``u`` of causal mode (None in standard mode).
+
+    loc_U, scale_U: (B,S,C); coordinates: c (B,C) or (B,S,C), the individual's standard-Cauchy coordinates;
+    temperature: τ ≥ 0  →  scores (B,S,V) float32, u (B,S,C).
+
+    Standard mode multiplies ``loc_S − t`` by the cached ``1/scale_S`` when the scale is position-free, else forms the
+    full ``scale_S``; causal mode with ``τ ≥ 1`` uses the constant ``scale_S°``, with ``0 < τ < 1`` the scale of the
+    part not drawn; ``τ = 0`` is standard mode. None forms more than it reads.
+    """
+    head = model.action.classification_head
+    thresholds = _float_thresholds(model)  # () or (V,)
+    if coordinates is None or temperature == 0:
+        fixed = position_free_scale(model)
+        if fixed is None:
+            loc_S, scale_S = model.action.classify(loc_U, scale_U)  # (B,S,V) each
+            scores = decision_score(loc_S, scale_S, thresholds)
+        else:
+            loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V)
+            scores = (loc_S.float() - thresholds).mul_(fixed[1])
+        return scores, (None if coordinates is None else loc_U)
+    if coordinates.dim() == 2:
+        coordinates = coordinates.unsqueeze(1)  # (B,1,C)
+    drawn = scale_U.double() * coordinates.double() * float(temperature)  # (B,S,C)
+    u = loc_U + drawn.to(loc_U.dtype)  # (B,S,C) the individual
+    if temperature < 1:  # the part of U not drawn stays in the scale: (1 − τ)·scale_U
+        loc_S, scale_S = model.action.classify(u, scale_U * (1 - float(temperature)))  # (B,S,V) each
+        return decision_score(loc_S, scale_S, thresholds), u
+    scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
+    loc_S = F.linear(u, head.weight, head.bias)  # (B,S,V)
+    return causal_scores(loc_S, scale_S, thresholds, None if has_zero else inverse_scale), u
+
+
+# ============================================================================================================
+# The individual
+# ============================================================================================================
+def sample_individual(
+    batch_size: int, causal_size: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+) -> Tensor:
+    """ε ~ U(0,1), shape (B,C) float64, kept away from 0 (``tan(π(ε − ½))`` stays finite)."""
+    epsilon = torch.rand((batch_size, causal_size), generator=generator, dtype=torch.float64, device=device)
+    return epsilon.clamp_min(2.0**-53)
+
+
+def cauchy_coordinates(epsilon: Tensor) -> Tensor:
+    """``c = tan(π(ε − ½))`` (B,C) float64: the individual's standard-Cauchy coordinates."""
+    return torch.tan(math.pi * (epsilon.double() - 0.5))
