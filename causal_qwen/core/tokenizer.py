@@ -223,6 +223,8 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         self.model_vocab_size = model_vocab_size
         self.decimal_comma = decimal_comma
         self.number_min_decimals = number_min_decimals
+        if self.pad_token is None and self.pad_token_id is not None:  # Hugging Face's padding reads pad_token
+            self.pad_token = self.convert_ids_to_tokens(self.pad_token_id)
         self.num_token_id, self.num_token_origin = _place_num_token(self)
         if model_vocab_size is not None:
             self.reserved_slot_used = self.num_token_id < model_vocab_size
@@ -405,88 +407,48 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         if text_pair is not None:
             raise ValueError("NumericTokenizer encodes single texts; text_pair is not supported")
         batch = _as_batch(text)
-        mode = _padding_mode(padding)
         if max_length is not None and (
             isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
         ):
             raise ValueError(f"max_length must be a positive int, got {max_length!r}")
-        if max_length is None and (truncation or mode == "max_length"):
+        if max_length is None and (truncation or padding == "max_length"):
             raise ValueError(f"max_length is required with truncation={truncation!r} and padding={padding!r}")
         if not isinstance(truncation, bool):
             raise ValueError(f"truncation must be True or False, got {truncation!r}")
         if return_tensors not in ("pt", None):
             raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
-        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
-            raise ValueError(f"pad_to_multiple_of must be a positive int or None, got {pad_to_multiple_of!r}")
         side = _check_side(padding_side or self.padding_side)
 
         with _paused_gc():
             rows = self._encode_rows(batch, add_special_tokens)
         if truncation:
             rows = [_truncate(row, max_length, self.truncation_side) for row in rows]
-        if mode != "none":
-            target = max_length if mode == "max_length" else max(len(row.ids) for row in rows)
-            if pad_to_multiple_of:
-                target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-            rows = [self._pad_row(row, target, side) for row in rows]
+        elif padding == "max_length" and any(len(row.ids) > max_length for row in rows):
+            longest = max(len(row.ids) for row in rows)
+            raise ValueError(f"a row has {longest} tokens, more than max_length={max_length}; pass truncation=True")
         columns: dict[str, Any] = {
             "input_ids": [row.ids for row in rows],
             "numeric_values": [row.values for row in rows],
             "numeric_strings": [row.strings for row in rows],
+            "attention_mask": [row.mask for row in rows],
         }
-        if return_attention_mask is not False:
-            columns["attention_mask"] = [row.mask for row in rows]
-        if return_tensors is None:
-            return BatchEncoding(columns)
-        if len({len(row.ids) for row in rows}) > 1:
-            raise ValueError("rows have different lengths; pass padding=True to return tensors")
-        return _as_tensors(columns)
+        return self.pad(  # Hugging Face's padding (`_pad` adds the values and strings beside the ids)
+            columns,
+            padding=padding,
+            max_length=max_length if padding == "max_length" else None,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=side,
+            return_attention_mask=return_attention_mask,
+            return_tensors=return_tensors,
+        )
 
     def _encode_rows(self, texts: list[str], add_special_tokens: bool) -> list[_Row]:
-        """Every text, unpadded and untruncated.
-
-        Each text goes to the backend as one pre-split sequence ``[piece_0, "<NUM>", piece_1, …]``: every piece
-        is normalized and pre-tokenized on its own (exactly as if encoded alone) and each ``"<NUM>"`` word
-        becomes the ``<NUM>`` id. Texts with a literal ``"<NUM>"`` take the piece-by-piece path instead.
-        """
-        found = []
-        words: list[list[str]] = []
-        normalized_texts = []
-        for text in texts:
-            normalized = self.normalize(text)
-            numbers = find_numbers(normalized, decimal_comma=self.decimal_comma)
-            found.append(numbers)
-            normalized_texts.append(normalized)
-            row_words = []
-            start = 0
-            for number in numbers:
-                if number.start > start:
-                    row_words.append(normalized[start : number.start])
-                row_words.append(NUM_TOKEN)
-                start = number.end
-            if start < len(normalized):
-                row_words.append(normalized[start:])
-            words.append(row_words)
-        if any(NUM_TOKEN in normalized for normalized in normalized_texts):
-            return self._encode_rows_piecewise(normalized_texts, found, add_special_tokens)
-        backend = self._prepared_backend()
-        nonempty = [row for row in words if row]
-        encodings = iter(backend.encode_batch_fast(nonempty, is_pretokenized=True, add_special_tokens=False)
-                         if nonempty else [])
-        num_id = self.num_token_id
-        prefix = list(self._special_prefix) if add_special_tokens else []
-        suffix = list(self._special_suffix) if add_special_tokens else []
-        rows = []
-        for numbers, row_words in zip(found, words):
-            ids = prefix + (next(encodings).ids if row_words else []) + suffix
-            rows.append(self._row(ids, numbers, num_id))
-        return rows
-
-    def _encode_rows_piecewise(
-        self, texts: list[str], found: list[list[NumberSpan]], add_special_tokens: bool
-    ) -> list[_Row]:
-        """`_encode_rows` for texts that hold a literal ``"<NUM>"``: the text between numbers piece by piece."""
-        pieces = [piece for text, numbers in zip(texts, found) for piece in _split_around(text, numbers)]
+        """Every text, unpadded and untruncated: the text between its numbers encoded piece by piece (each piece
+        normalized and pre-tokenized on its own, exactly as if encoded alone), a ``<NUM>`` id for each number. A
+        literal ``"<NUM>"`` in a text is spelled out as ordinary characters, never the ``<NUM>`` id."""
+        normalized = [self.normalize(text) for text in texts]
+        found = [find_numbers(text, decimal_comma=self.decimal_comma) for text in normalized]
+        pieces = [piece for text, numbers in zip(normalized, found) for piece in _split_around(text, numbers)]
         encoded = iter(self._encode_text_pieces(pieces))
         num_id = self.num_token_id
         prefix = list(self._special_prefix) if add_special_tokens else []
@@ -565,20 +527,6 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             return list(probe.ids), []
         return list(probe.ids[: core[0]]), list(probe.ids[core[-1] + 1 :])
 
-    def _pad_row(self, row: _Row, length: int, side: Side) -> _Row:
-        """``row`` padded to ``length`` with (pad id, 0.0, "", mask 0) on ``side``."""
-        missing = length - len(row.ids)
-        if missing < 0:
-            raise ValueError(f"a row has {len(row.ids)} tokens, more than max_length={length}; pass truncation=True")
-        if missing == 0:
-            return row
-        pad_id = self.pad_token_id
-        if pad_id is None:
-            raise ValueError("padding needs a pad token, but the tokenizer has no pad, eos or <|endoftext|> token")
-        pad = _Row([pad_id] * missing, [0.0] * missing, [""] * missing, [0] * missing)
-        first, second = (pad, row) if side == "left" else (row, pad)
-        return _Row(*(a + b for a, b in zip(first, second)))
-
     # -- padding features (DataCollatorWithPadding) ---------------------------------------------
 
     def pad(
@@ -606,7 +554,8 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             raise ValueError(f"pad expects feature dicts or a dict of lists, got {type(encoded_inputs).__name__}")
         if _holds_tensors(encoded_inputs.get("input_ids")) and return_tensors is None:
             return_tensors = "pt"
-        encoded_inputs = {key: to_py_obj(value) for key, value in encoded_inputs.items()}
+        encoded_inputs = {key: to_py_obj(value) if _holds_tensors(value) else value
+                          for key, value in encoded_inputs.items()}
         padded = super().pad(
             encoded_inputs,
             padding=padding,
@@ -882,16 +831,6 @@ def _as_batch(texts: str | Sequence[str] | None) -> list[str]:
     for text in texts:
         _check_text(text)
     return list(texts)
-
-
-def _padding_mode(padding: Padding) -> Literal["longest", "max_length", "none"]:
-    if padding is True or padding == "longest":
-        return "longest"
-    if padding == "max_length":
-        return "max_length"
-    if padding is False or padding == "do_not_pad":
-        return "none"
-    raise ValueError(f"padding must be True, False, 'longest', 'max_length' or 'do_not_pad', got {padding!r}")
 
 
 def _check_side(side: str) -> Side:
