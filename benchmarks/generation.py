@@ -32,12 +32,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, this folder is sys.path[0], and its numbers.py would shadow the standard library's `numbers`
-# (which statistics and torch import): the repository root takes its place.
 ROOT = Path(__file__).resolve().parents[1]
-if sys.path and Path(sys.path[0] or ".").resolve() == ROOT / "benchmarks":
-    sys.path[0] = str(ROOT)
-elif str(ROOT) not in sys.path:
+if str(ROOT) not in sys.path:  # the repository root, for causal_qwen without an installed package
     sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402

@@ -2,6 +2,7 @@
 
     python benchmarks/ovr_head.py --json              # parts (a) and (b), full sizes
     python benchmarks/ovr_head.py --part a --quick    # small sizes, a minute or so
+    python benchmarks/ovr_head.py --smoke --json      # every part on toy sizes (the test suite's run; figures meaningless)
 
 Part (a), head + loss alone (forward + backward), C = 896, V = 151,936, N tokens (2,048, or the largest N
 at which the reference fits in this machine's available memory; stated as ``head_tokens``):
@@ -13,7 +14,9 @@ at which the reference fits in this machine's available memory; stated as ``head
     sampled_speedup      exact fused / sampled fused (m = 4,096) for one training step (forward + backward)
                          of the ``random:tiny`` head (C = 64, V = 151,936) on 1 × 512 tokens
 Part (b), one training step (forward + backward, no optimizer) on 1 × 512 tokens:
-    ``random:qwen2.5-0.5b`` converted to CausalQwen (fused loss) vs ``Qwen2ForCausalLM`` with its own CE.
+    ``random:qwen2.5-0.5b`` converted to CausalQwen (fused loss) vs ``Qwen2ForCausalLM`` with its own CE. The
+    conversion keeps the literal values (``ovr_calibration="none"``): the calibration sets values, not shapes or
+    operations, and would add a minute to the run.
     step_mem_ratio       (peak − params − grads) CausalQwen / Qwen
     step_raw_peak_ratio  process peak RSS CausalQwen / Qwen
     step_time_ratio      time CausalQwen / Qwen
@@ -27,12 +30,18 @@ follows the live tensors. Timings: wall clock, minimum over ``--repeats`` runs (
 products interleaved in one process); the machine may be shared, so minima are the honest figure, and
 the ``*_cpu`` figures (CPU seconds of the process, all threads) are given too: they are far less
 sensitive to other processes on the machine (the load average is printed at the start and the end).
+
+A part that cannot run (a worker that fails, a module that moved) stops the script with exit status 1 and the
+worker's error; no part is ever skipped. ``--smoke`` runs every part through the same code on toy sizes
+(V = 2,048, C = 32, 16 tokens, ``random:tiny`` for part (b)), its workers in the script's own process (one import
+of torch instead of six), so that the test suite notices quickly when the script breaks.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -49,6 +58,9 @@ sys.path.insert(0, str(REPO))
 VOCAB = 151936
 CAUSAL = 896
 TINY_NEGATIVES = 4096
+STEP_BASE = "random:qwen2.5-0.5b"
+# --smoke: every part on toy sizes (the suite's run)
+SMOKE = dict(tokens=16, causal=32, vocab=2048, negatives=256, base="random:tiny")
 REFERENCE_BYTES_PER_ENTRY = 56
 GiB = 1024**3
 
@@ -145,12 +157,12 @@ def timed(step) -> dict[str, float]:
     return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
 
-def worker_head_memory(kind: str, tokens: int, chunk_size: int) -> dict:
+def worker_head_memory(kind: str, tokens: int, chunk_size: int, causal: int = CAUSAL, vocab: int = VOCAB) -> dict:
     """Peak memory (and time) of one forward + backward of the fused or the reference head, after a warm-up."""
-    warm_up = head_inputs(8, CAUSAL, VOCAB, seed=1)
+    warm_up = head_inputs(8, causal, vocab, seed=1)
     head_step(kind, warm_up, chunk_size)
     del warm_up
-    inputs = head_inputs(tokens, CAUSAL, VOCAB)
+    inputs = head_inputs(tokens, causal, vocab)
     baseline = reset_peak()
     sample = timed(lambda: head_step(kind, inputs, chunk_size))
     return dict(kind=kind, tokens=tokens, peak_bytes=peak_since_reset(baseline), sample=sample)
@@ -158,24 +170,25 @@ def worker_head_memory(kind: str, tokens: int, chunk_size: int) -> dict:
 
 def matmul_operands(inputs: dict, tokens: int) -> dict:
     """Operands and preallocated outputs of `matmul_step`: (N,V) ×2, (N,C) ×2, (V,C)."""
+    vocab, causal = inputs["weight"].shape
     return dict(
         loc_U=inputs["loc_U"].detach(),
         scale=inputs["decision_scale"].detach(),
         weight=inputs["weight"].detach(),
         abs_weight=inputs["weight"].detach().abs(),
         bias=inputs["bias"].detach(),
-        loc_S=torch.zeros(tokens, VOCAB),  # zeros: pages touched before the timing
-        scale_S=torch.zeros(tokens, VOCAB),
-        grad_loc_U=torch.empty(tokens, CAUSAL),
-        grad_scale=torch.empty(tokens, CAUSAL),
-        grad_weight=torch.zeros(VOCAB, CAUSAL),
+        loc_S=torch.zeros(tokens, vocab),  # zeros: pages touched before the timing
+        scale_S=torch.zeros(tokens, vocab),
+        grad_loc_U=torch.empty(tokens, causal),
+        grad_scale=torch.empty(tokens, causal),
+        grad_weight=torch.zeros(vocab, causal),
     )
 
 
-def worker_head_timing(tokens: int, repeats: int, chunk_size: int) -> dict:
+def worker_head_timing(tokens: int, repeats: int, chunk_size: int, causal: int = CAUSAL, vocab: int = VOCAB) -> dict:
     """Rounds of fused, reference and products-alone, interleaved in one process so that a shared machine's
     load affects all three alike; every sample is kept (the caller takes minima)."""
-    inputs = head_inputs(tokens, CAUSAL, VOCAB)
+    inputs = head_inputs(tokens, causal, vocab)
     samples: dict[str, list[dict]] = {"fused": [], "reference": [], "matmul": []}
     for _ in range(repeats):
         for kind in ("fused", "reference"):
@@ -183,21 +196,23 @@ def worker_head_timing(tokens: int, repeats: int, chunk_size: int) -> dict:
             clear_grads(inputs)
         with torch.no_grad():
             ops = matmul_operands(inputs, tokens)
-            samples["matmul"].append(timed(lambda: matmul_step(ops)))
+            samples["matmul"].append(timed(functools.partial(matmul_step, ops)))
             del ops
     return dict(tokens=tokens, samples=samples)
 
 
-def worker_sampled(tokens: int, repeats: int, chunk_size: int) -> dict:
+def worker_sampled(tokens: int, repeats: int, chunk_size: int, vocab: int = VOCAB,
+                   negatives: int = TINY_NEGATIVES) -> dict:
     """Exact vs sampled (m = 4,096) fused step of the ``random:tiny`` head, interleaved; all samples kept."""
     from causal_qwen.conversion.presets import preset_config
 
     causal = preset_config("random:tiny").hidden_size
-    inputs = head_inputs(tokens, causal, VOCAB)
+    inputs = head_inputs(tokens, causal, vocab)
     generator = torch.Generator().manual_seed(0)
     samples: dict[str, list[dict]] = {"exact": [], "sampled": []}
+    sampled_negatives = negatives
     for round_index in range(repeats + 1):  # the first round warms up
-        for kind, negatives in (("exact", None), ("sampled", TINY_NEGATIVES)):
+        for kind, negatives in (("exact", None), ("sampled", sampled_negatives)):
             sample = timed(lambda: head_step("fused", inputs, chunk_size, negatives=negatives, generator=generator))
             if round_index:
                 samples[kind].append(sample)
@@ -205,15 +220,15 @@ def worker_sampled(tokens: int, repeats: int, chunk_size: int) -> dict:
     return dict(tokens=tokens, causal=causal, samples=samples)
 
 
-def worker_step(kind: str, tokens: int, repeats: int) -> dict:
+def worker_step(kind: str, tokens: int, repeats: int, base: str = STEP_BASE) -> dict:
     """One training step (forward + backward) of CausalQwen (fused loss) or Qwen2ForCausalLM (CE)."""
     from causal_qwen.conversion.presets import build_preset
 
-    base = build_preset("random:qwen2.5-0.5b")
+    base = build_preset(base)
     if kind == "causal_qwen":
         from causal_qwen.core.modeling import CausalQwenForCausalLM
 
-        model = CausalQwenForCausalLM.from_qwen(base, ovr_loss_implementation="fused")
+        model = CausalQwenForCausalLM.from_qwen(base, ovr_loss_implementation="fused", ovr_calibration="none")
         del base
     else:
         model = base
@@ -257,13 +272,22 @@ def worker_step(kind: str, tokens: int, repeats: int) -> dict:
 
 
 def run_worker(args: argparse.Namespace, name: str, **kwargs) -> dict:
-    """Run one worker in a fresh Python process; returns its JSON result."""
+    """Run one worker in a fresh Python process (in this one with ``--smoke``); returns its JSON result."""
+    if args.smoke:
+        try:
+            return json.loads(json.dumps(WORKERS[name](**json.loads(json.dumps(kwargs)))))
+        except Exception as error:
+            raise PartFailed(f"worker {name} failed: {type(error).__name__}: {error}") from error
     command = [sys.executable, __file__, "--worker", name, "--worker-args", json.dumps(kwargs)]
     command += ["--threads", str(args.threads)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
-        raise RuntimeError(f"worker {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        raise PartFailed(f"worker {name} failed (exit status {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class PartFailed(RuntimeError):
+    """A part of the benchmark could not run: the script stops with exit status 1."""
 
 
 def fastest(samples: list[dict]) -> dict[str, float]:
@@ -271,7 +295,7 @@ def fastest(samples: list[dict]) -> dict[str, float]:
     return {key: min(sample[key] for sample in samples) for key in ("wall", "cpu")}
 
 
-def choose_tokens(wanted: int) -> tuple[int, float]:
+def choose_tokens(wanted: int, vocab: int = VOCAB) -> tuple[int, float]:
     """Largest N ≤ ``wanted`` (halving) whose predicted reference peak fits in 90% of the available memory.
 
     The reference's peak was measured at about 52 bytes per (token × vocabulary) entry at N = 2,048
@@ -279,31 +303,33 @@ def choose_tokens(wanted: int) -> tuple[int, float]:
     """
     budget = 0.9 * available_memory()
     tokens = wanted
-    while tokens > 64 and REFERENCE_BYTES_PER_ENTRY * tokens * VOCAB > budget:
+    while tokens > 64 and REFERENCE_BYTES_PER_ENTRY * tokens * vocab > budget:
         tokens //= 2
-    return tokens, REFERENCE_BYTES_PER_ENTRY * tokens * VOCAB
+    return tokens, REFERENCE_BYTES_PER_ENTRY * tokens * vocab
 
 
 def part_a(args: argparse.Namespace) -> dict:
-    wanted = 256 if args.quick else 2048
-    tokens, predicted = choose_tokens(wanted)
-    memory = {
-        kind: run_worker(args, "head_memory", kind=kind, tokens=tokens, chunk_size=args.chunk_size)
-        for kind in ("fused", "reference")
-    }
-    timing = run_worker(args, "head_timing", tokens=tokens, repeats=args.repeats, chunk_size=args.chunk_size)
+    causal, vocab = (SMOKE["causal"], SMOKE["vocab"]) if args.smoke else (CAUSAL, VOCAB)
+    wanted = SMOKE["tokens"] if args.smoke else 256 if args.quick else 2048
+    tokens, predicted = choose_tokens(wanted, vocab)
+    sizes = dict(chunk_size=args.chunk_size, causal=causal, vocab=vocab)
+    memory = {kind: run_worker(args, "head_memory", kind=kind, tokens=tokens, **sizes) for kind in ("fused", "reference")}
+    timing = run_worker(args, "head_timing", tokens=tokens, repeats=args.repeats, **sizes)
     samples = timing["samples"]
     for kind in ("fused", "reference"):
         samples[kind].append(memory[kind]["sample"])  # the memory runs are timed samples too
     best = {kind: fastest(kind_samples) for kind, kind_samples in samples.items()}
-    sampled = run_worker(args, "sampled", tokens=512, repeats=args.repeats + 2, chunk_size=args.chunk_size)
+    negatives = SMOKE["negatives"] if args.smoke else TINY_NEGATIVES
+    sampled = run_worker(args, "sampled", tokens=SMOKE["tokens"] if args.smoke else 512,
+                         repeats=args.repeats + (0 if args.smoke else 2), chunk_size=args.chunk_size, vocab=vocab,
+                         negatives=negatives)
     exact_best, sampled_best = fastest(sampled["samples"]["exact"]), fastest(sampled["samples"]["sampled"])
     fused_peak, reference_peak = memory["fused"]["peak_bytes"], memory["reference"]["peak_bytes"]
     return dict(
         head_tokens=tokens,
         head_tokens_requested=wanted,
-        head_causal_size=CAUSAL,
-        head_vocab=VOCAB,
+        head_causal_size=causal,
+        head_vocab=vocab,
         head_chunk_size=args.chunk_size,
         head_reference_predicted_peak_bytes=predicted,
         head_fused_peak_bytes=fused_peak,
@@ -322,7 +348,7 @@ def part_a(args: argparse.Namespace) -> dict:
         head_time_vs_matmul_cpu=best["fused"]["cpu"] / best["matmul"]["cpu"],
         sampled_tokens=sampled["tokens"],
         sampled_causal_size=sampled["causal"],
-        sampled_negatives=TINY_NEGATIVES,
+        sampled_negatives=negatives,
         sampled_exact_time_s=exact_best["wall"],
         sampled_time_s=sampled_best["wall"],
         sampled_speedup=exact_best["wall"] / sampled_best["wall"],
@@ -331,13 +357,13 @@ def part_a(args: argparse.Namespace) -> dict:
 
 
 def part_b(args: argparse.Namespace) -> dict:
-    if not (REPO / "causal_qwen" / "modeling.py").exists() or not (REPO / "causal_qwen" / "presets.py").exists():
-        return dict(step_skipped="causal_qwen.core.modeling / causal_qwen.conversion.presets not available")
-    tokens = 128 if args.quick else 512
-    qwen = run_worker(args, "step", kind="qwen", tokens=tokens, repeats=args.repeats)
-    causal = run_worker(args, "step", kind="causal_qwen", tokens=tokens, repeats=args.repeats)
+    tokens = SMOKE["tokens"] if args.smoke else 128 if args.quick else 512
+    base = SMOKE["base"] if args.smoke else STEP_BASE
+    qwen = run_worker(args, "step", kind="qwen", tokens=tokens, repeats=args.repeats, base=base)
+    causal = run_worker(args, "step", kind="causal_qwen", tokens=tokens, repeats=args.repeats, base=base)
     qwen_best, causal_best = fastest(qwen["samples"]), fastest(causal["samples"])
     return dict(
+        step_base=base,
         step_tokens=tokens,
         step_qwen_time_s=qwen_best["wall"],
         step_causal_qwen_time_s=causal_best["wall"],
@@ -361,12 +387,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--part", choices=("a", "b", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="N = 256 for (a), 128 tokens for (b)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every part on toy sizes, one repeat (checks that the script runs; figures meaningless)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per measurement (minimum reported)")
     parser.add_argument("--chunk-size", type=int, default=8192, help="vocabulary slice of the fused head")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-args", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeats = 1
+    return args
 
 
 WORKERS = {
@@ -377,26 +408,31 @@ WORKERS = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(WORKERS[args.worker](**json.loads(args.worker_args))), flush=True)
-        return
-    results: dict = dict(threads=args.threads, cpu_count=os.cpu_count(), torch=torch.__version__, quick=args.quick)
+        return 0
+    results: dict = dict(threads=args.threads, cpu_count=os.cpu_count(), torch=torch.__version__, quick=args.quick,
+                         smoke=args.smoke)
     results["load_average_start"] = os.getloadavg()
-    if args.part in ("a", "all"):
-        results.update(part_a(args))
-    if args.part in ("b", "all"):
-        results.update(part_b(args))
+    parts = [(name, run) for name, run in (("a", part_a), ("b", part_b)) if args.part in (name, "all")]
+    for name, run in parts:
+        try:
+            results.update(run(args))
+        except PartFailed as error:
+            print(f"ovr_head: part ({name}) failed: {error}", file=sys.stderr)
+            return 1
     results["load_average_end"] = os.getloadavg()
     if args.json:
         print(json.dumps(results, indent=2))
-        return
+        return 0
     for key, value in results.items():
         shown = f"{value / GiB:.3f} GiB" if key.endswith("bytes") and isinstance(value, (int, float)) else value
         print(f"{key:48s} {shown}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,18 +28,11 @@ consistency, replay, the diversity/fluency frontier).
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder comes first on sys.path, where benchmarks/numbers.py would shadow the
-# standard library's `numbers` (imported by numpy, torch): take the folder off the path first.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import importlib.util
 import json
 import math
+import sys
 import time
 from pathlib import Path
 

@@ -40,25 +40,19 @@ Converted models and the before-figures are cached under ``$CAUSAL_QWEN_BENCH_CA
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder comes first on sys.path, where benchmarks/numbers.py would shadow the
-# standard library's `numbers` (imported by statistics, numpy, torch): take the folder off the path first.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import csv
 import hashlib
 import json
 import logging
 import math
+import os
 import re
 import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path

@@ -16,18 +16,12 @@ suite failed.
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder comes first on sys.path, where benchmarks/numbers.py would shadow the
-# standard library's `numbers` (imported by `statistics`): take the folder off the path first.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path

@@ -16,18 +16,14 @@ also checks that the numeric decode gives every line back exactly.
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import random
 import sys
+import time
+from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path, where benchmarks/numbers.py would shadow the standard
-# library's `numbers` (which torch imports): take the folder off the path before anything else is imported.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import time  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for causal_qwen
 
 from causal_qwen.core.qwen_vocab import build_qwen25_base_tokenizer  # noqa: E402
 from causal_qwen.core.tokenizer import NumericTokenizer  # noqa: E402

@@ -1,7 +1,8 @@
 """The ``causal-qwen`` command line: one sub-command per module in `causal_qwen.commands`.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` to a
-function taking the parsed arguments and returning the exit status. Only this layer prints. Command modules
+function taking the parsed arguments and returning the exit status. Only this layer prints (and the progress bars of
+`causal_qwen.progress` on stderr, which ``--quiet`` turns off and ``--progress`` shows in a log too). Command modules
 import torch, transformers and the heavy parts of the package inside their ``run`` functions, so that
 ``causal-qwen --help`` and ``--version`` answer in a fraction of a second.
 """
@@ -48,11 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         _quiet_loading_bars()
+    from . import progress
+
+    shown = progress.mode()
+    progress.configure("never" if getattr(args, "quiet", False) else "always" if getattr(args, "progress", False)
+                       else "auto")
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"causal-qwen {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        progress.configure(shown)  # an in-process caller keeps its own setting
 
 
 def _quiet_loading_bars() -> None:

@@ -70,23 +70,35 @@ def test_two_tokens_cross_entropy_follows_the_closed_form():
     assert float(got["cross_entropy"].min()) >= entropy - 1e-3
 
 
-def test_two_tokens_calibration_recovers_the_temperature_that_matches_the_softmax():
+@pytest.mark.parametrize("objective", ct.OBJECTIVES)
+def test_two_tokens_calibration_recovers_the_temperature_that_matches_the_softmax(objective):
+    """With two tokens both objectives are met exactly where f_0 = p_0: the surprisal E_f[−log p] equals H(p) there
+    (and only there, since it moves monotonically with f_0), and the cross-entropy reaches its bound."""
     model, features = two_tokens()
     p0 = torch.sigmoid(torch.tensor(DELTA, dtype=torch.float64)).item()
     expected = DELTA / (2 * SCALE_U * math.tan(math.pi * (p0 - 0.5)))  # τ* ≈ 48.3
-    fit = ct.calibrate_causal_temperature(model, features, draws=512, seed=0)
-    assert fit.temperature == pytest.approx(expected, rel=0.08)
+    options = dict(draws=512, seed=0, objective=objective)
+    fit = ct.calibrate_causal_temperature(model, features, **options)
+    assert fit.temperature == pytest.approx(expected, rel=0.08) and fit.objective == objective
     assert fit.cross_entropy == pytest.approx(fit.softmax_entropy, abs=5e-3)  # f = p is reachable here
+    assert fit.surprisal == pytest.approx(fit.softmax_entropy, abs=0.02)
     assert fit.positions == 128 and fit.draws == 512
     assert fit.grid[0] == 0.0 and fit.grid == sorted(fit.grid) and len(fit.grid) == len(fit.grid_cross_entropy)
-    assert fit.cross_entropy == min(fit.grid_cross_entropy)
-    again = ct.calibrate_causal_temperature(model, features, draws=512, seed=0)
+    if objective == "cross_entropy":
+        assert fit.cross_entropy == min(fit.grid_cross_entropy)
+    again = ct.calibrate_causal_temperature(model, features, **options)
     assert again.temperature == fit.temperature and again.grid_cross_entropy == fit.grid_cross_entropy
     # scale-free: a 1000x smaller individual spread moves τ by 1000x
     small = hand_built([[1.0], [-1.0]], [DELTA, 0.0], SCALE_U / 1000)
-    assert ct.calibrate_causal_temperature(small, features, draws=512, seed=0).temperature == pytest.approx(
+    assert ct.calibrate_causal_temperature(small, features, **options).temperature == pytest.approx(
         1000 * fit.temperature, rel=1e-3
     )
+
+
+def test_an_unknown_objective_is_refused():
+    model, features = two_tokens()
+    with pytest.raises(ValueError, match="objective must be one of surprisal, cross_entropy"):
+        ct.calibrate_causal_temperature(model, features, draws=8, seed=0, objective="kl")
 
 
 def uneven_rows():

@@ -664,3 +664,41 @@ def test_causal_mode_with_some_certain_rows():
         model.action.classification_head.bias[11] = -2.0  # now P = 0 as well: the uncertain rows decide
     out = generate_ids(model, ids, mode="causal", seed=3, max_new_tokens=3, eos_token_id=[])
     assert not out.token_ids.eq(10).any() and not out.token_ids.eq(11).any()
+
+
+def test_an_individuals_number_is_a_draw_of_the_predictive_cauchy():
+    """Over many individuals the numbers written at one position follow ``Cauchy(loc_Y, scale_Y)`` (half inside
+    ``loc_Y ± scale_Y``, 90% inside ``± tan(0.45π)·scale_Y``), whatever the causal temperature."""
+    model = perturb(convert(small_qwen()))
+    ids = torch.randint(1, 400, (1, 6), generator=torch.Generator().manual_seed(7))
+    draws = 4000
+    epsilon = torch.rand(draws, model.config.causal_size, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    coordinates = torch.tan(math.pi * (epsilon - 0.5))  # (D,C)
+    with torch.no_grad():
+        population = model(ids)
+        numbers = [
+            model(ids.expand(draws, -1), decision="causal", individual=coordinates, causal_temperature=tau,
+                  logits_to_keep=0).individual_Y  # (D,S)
+            for tau in (1.0, 1e6)
+        ]
+    assert torch.equal(numbers[0], numbers[1]), "the causal temperature widens token choices only"
+    z = (numbers[0] - population.loc_Y) / population.scale_Y  # (D,S) standardised
+    inside_50 = (z.abs() <= 1).double().mean(0)  # (S,)
+    inside_90 = (z.abs() <= math.tan(0.45 * math.pi)).double().mean(0)
+    assert ((inside_50 - 0.5).abs() < 0.03).all() and ((inside_90 - 0.9).abs() < 0.02).all()
+
+
+def test_a_forward_with_gradients_after_generation_reads_the_cached_scales():
+    """The constant scales are cached during generation (inference mode); a later forward pass that builds a graph
+    reads them without 'inference tensors cannot be saved for backward'."""
+    model = convert(small_qwen())
+    ids, mask = left_padded_ids()
+    generate_ids(model, ids, mask, mode="causal", seed=1, max_new_tokens=2, eos_token_id=[])
+    with torch.inference_mode():
+        generate_ids(model, ids, mask, mode="standard", max_new_tokens=2, eos_token_id=[])
+    coordinates = torch.tan(math.pi * (torch.rand(3, model.config.causal_size, dtype=torch.float64) - 0.5))
+    for decision, options in (("causal", dict(individual=coordinates)), ("standard", {})):
+        out = model(ids, attention_mask=mask, decision=decision, **options)
+        out.logits.float().sum().backward()
+        assert model.abduction.loc_net.weight.grad is not None
+        model.zero_grad()

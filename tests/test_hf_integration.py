@@ -224,14 +224,15 @@ def test_convert_command_passes_the_seed(tmp_path, monkeypatch):
         def save_pretrained(self, folder):
             seen["tokenizer_saved"] = True
 
-    def small_conversion(base, gguf_file=None, **overrides):
-        seen.update(base=base, **overrides)
-        return convert(ovr_calibration="none", **overrides), NoTokenizer()
+    def small_conversion(base, gguf_file=None, device=None, dtype=None, **overrides):
+        seen.update(base=base, device=device, dtype=dtype, **overrides)
+        return convert(ovr_calibration="none", **overrides).to(device=device, dtype=dtype), NoTokenizer()
 
     monkeypatch.setattr(loading, "convert_base", small_conversion)  # the command imports it when it runs
     out = tmp_path / "converted"
-    assert main(["convert", "--base", "random:tiny", "--out", str(out), "--seed", "3"]) == 0
+    assert main(["convert", "--base", "random:tiny", "--out", str(out), "--seed", "3", "--device", "cpu"]) == 0
     assert seen["seed"] == 3 and seen["tokenizer_saved"]
+    assert (seen["device"], seen["dtype"]) == (torch.device("cpu"), torch.float32)
     model = CausalQwenForCausalLM.from_pretrained(out)
     assert model.config.seed == 3
     draw = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(3))  # w_num is drawn first

@@ -1,4 +1,4 @@
-"""benchmarks/numbers.py and its baselines: hand-computed baseline figures, a --quick smoke run of the whole
+"""benchmarks/number_tables.py and its baselines: hand-computed baseline figures, a --quick smoke run of the whole
 benchmark on tiny data, and the real-weight harness run end to end on the tiny preset (figures meaningless)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import torch
 from causal_qwen.core.numbers import find_numbers
 from causal_qwen.evaluation import baselines
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "numbers.py"
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "number_tables.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("numbers_benchmark", BENCHMARK)  # not "numbers": stdlib's name
+    spec = importlib.util.spec_from_file_location("number_tables", BENCHMARK)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -571,7 +571,7 @@ def test_the_demo_trains_with_the_example_settings():
         if key not in own:
             assert overrides[key] == load_train_config(REPO / "examples" / "seattle_weather_demo.yaml").to_dict()[key], key
     assert (settings.base, settings.template, settings.target) == (example["model"], example["template"], example["target"])
-    assert demo.DEMO_TEMPLATE == example["template"]  # what benchmarks/numbers.py imports
+    assert demo.DEMO_TEMPLATE == example["template"]  # what benchmarks/number_tables.py imports
 
 
 # ---- bases and output paths that cannot work ---------------------------------------------------------------

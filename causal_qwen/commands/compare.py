@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from .eval import add_device_arguments, placement
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -26,19 +28,24 @@ def register(subparsers) -> None:
         help="also write the report as JSON to PATH (to standard output when PATH is omitted or '-')",
     )
     parser.add_argument("--prompt", action="append", default=None, help="a prompt to compare on (repeatable)")
+    add_device_arguments(parser)  # both models, base and conversion, on --device in --dtype
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import progress
     from ..conversion.compare import compare_models, format_report
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 
-    qwen = load_qwen_base(args.base, gguf_file=args.gguf_file)
-    causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file))
+    device, dtype = placement(args)
+    qwen = load_qwen_base(args.base, gguf_file=args.gguf_file, dtype=dtype).to(device)
+    causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file, dtype=dtype), device=device)
     kwargs = {"prompts": tuple(args.prompt)} if args.prompt else {}
     report = compare_models(qwen, causal, tokenizer, base_name=str(args.base), **kwargs)
-    _add_generation_parity(report, qwen, causal, tokenizer)
+    with progress.bar(total=1, desc="compare: greedy generation parity", unit="check") as bar:
+        _add_generation_parity(report, qwen, causal, tokenizer)
+        bar.update(1)
     if args.json == "-":
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .eval import add_device_arguments, placement
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -15,12 +17,14 @@ def register(subparsers) -> None:
         help="convert a Qwen2 base into a CausalQwen model folder",
         description="Convert a Qwen2/Qwen2.5 base (preset random:tiny, random:tiny-untied, random:qwen2.5-0.5b; "
         "a local folder; a .gguf file; or a hub id) into CausalQwen with the initialisation of docs/design.md, and "
-        "write model (safetensors) and tokenizer to --out.",
+        "write model (safetensors) and tokenizer to --out. The base is loaded, converted and calibrated on --device "
+        "and saved in --dtype (its calibrated scales and thresholds in float32).",
     )
     parser.add_argument("--base", required=True, help="Qwen2 base: preset, folder, .gguf file or hub id")
     parser.add_argument("--out", required=True, help="output folder (created; must be empty or absent)")
     parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base (a folder or hub id)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversion's random draws (default 0)")
+    add_device_arguments(parser)  # the base is loaded, converted, calibrated and saved in --dtype, on --device
     parser.set_defaults(func=run)
 
 
@@ -34,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"output folder {str(out)!r} is not empty")
     if any(parent.exists() and not parent.is_dir() for parent in out.parents):
         raise ValueError(f"--out {str(out)!r} cannot be created: a parent of it is a file")
-    model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, seed=args.seed)
+    device, dtype = placement(args)
+    model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, device=device, dtype=dtype, seed=args.seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -46,5 +51,6 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    print(f"wrote CausalQwen model ({sum(p.numel() for p in model.parameters()):,} parameters) to {out}")
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"wrote CausalQwen model ({parameters:,} parameters, {str(dtype).removeprefix('torch.')}) to {out}")
     return 0

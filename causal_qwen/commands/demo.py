@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .eval import add_device_arguments, placement
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -12,7 +14,9 @@ def register(subparsers) -> None:
         help="end-to-end demo: convert random:tiny, verify, fine-tune on Seattle weather, evaluate, plot, generate",
         description="Convert random:tiny, verify the conversion, fine-tune on seattle-weather.csv with the settings "
         "of examples/seattle_weather_demo.yaml (earlier days train, 2015 is held out), evaluate the predicted daily high against a training-median and a linear "
-        "baseline, write plots, generate in each mode with a replayed individual. Writes OUT/report.json and PNGs.",
+        "baseline, write plots, generate in each mode with a replayed individual. Writes OUT/report.json and PNGs. "
+        "Every stage runs on --device; conversion and training keep float32 weights (training with bfloat16 autocast "
+        "when --dtype is bfloat16 on a CUDA GPU) and the trained model is evaluated and generates in --dtype.",
     )
     parser.add_argument("--out", default="demo_output", help="output folder (default demo_output)")
     parser.add_argument("--quick", action="store_true",
@@ -25,6 +29,7 @@ def register(subparsers) -> None:
                         "with --quick)")
     parser.add_argument("--seed", type=int, default=None, help="random seed of training and generation (default: "
                         "the config's, 0)")
+    add_device_arguments(parser)  # every stage on --device; --dtype: the trained model's in evaluation and generation
     parser.set_defaults(func=run)
 
 
@@ -34,13 +39,15 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluation.demo import DemoSettings, run_demo
 
     hf_logging.disable_progress_bar()  # the demo prints its own progress
+    device, dtype = placement(args)
     console = sys.stdout
 
     def progress(message: str) -> None:
         print(message, file=console, flush=True)
 
     extra = {"config": args.config} if args.config else {}
-    settings = DemoSettings(out=args.out, quick=args.quick, max_steps=args.steps, seed=args.seed, **extra)
+    settings = DemoSettings(out=args.out, quick=args.quick, max_steps=args.steps, seed=args.seed, device=device,
+                            dtype=dtype, **extra)
     report = run_demo(settings, progress=progress)
     if not settings.quick:
         progress("acceptance figures:")

@@ -48,10 +48,46 @@ def register(subparsers) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model`` or ``--base`` (with ``--gguf-file``), and the `add_device_arguments`."""
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--model", help="a converted or fine-tuned CausalQwen folder")
     group.add_argument("--base", help="a Qwen2 base converted on the fly (preset, folder, .gguf file or hub id)")
     parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base")
+    add_device_arguments(parser)
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--dtype`` (read by `placement`) and ``--quiet``/``--progress`` (read by the command line's
+    main, `causal_qwen.progress`): the options shared by every command that runs a model."""
+    group = parser.add_argument_group("device and progress")
+    group.add_argument("--device", default="auto", metavar="DEVICE",
+                       help="where the model runs: auto (the default: cuda when available, else mps, else cpu), "
+                       "cpu, cuda, cuda:N or mps")
+    group.add_argument("--dtype", default="auto", metavar="DTYPE",
+                       help="the model's dtype: auto (the default: bfloat16 on a GPU that supports it, else float32), "
+                       "float32, bfloat16 or float16 (the calibrated scales and thresholds always stay float32)")
+    shown = group.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
+    shown.add_argument("--progress", action="store_true",
+                       help="progress on stderr even when it is not a terminal (a line per update, for logs; by "
+                       "default bars are shown on a terminal only)")
+
+
+def placement(args: argparse.Namespace):
+    """``(torch.device, torch.dtype)`` of ``--device`` and ``--dtype`` (`resolve_device_and_dtype`): a
+    ``ValueError`` for an unknown or unavailable one, before any work is done."""
+    from ..conversion.loading import resolve_device_and_dtype
+
+    return resolve_device_and_dtype(args.device, args.dtype)
+
+
+def load_model(args: argparse.Namespace):
+    """``(model, tokenizer)`` of ``--model`` or ``--base`` on ``--device`` in ``--dtype`` (`placement`)."""
+    from ..conversion.loading import load_model_and_tokenizer
+
+    device, dtype = placement(args)
+    return load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file, device=device,
+                                    dtype=dtype)
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,14 +186,14 @@ def check_writable_file(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..conversion.loading import load_model_and_tokenizer
     from ..evaluation.evaluation import checked_metrics, evaluate_data
 
     check_writable_file(args.json)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    placement(args)  # a bad --device/--dtype fails before the data is read
     spec = data_spec(args)
-    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    model, tokenizer = load_model(args)
     result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
                            language=args.metrics != "numbers", bits=args.metrics != "numbers")
     metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics, all_numbers=args.all_numbers)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .eval import add_model_arguments
+from .eval import add_model_arguments, load_model, placement
 
 # The modes of `causal_qwen.core.generation.MODES` (spelled here so that --help imports no torch).
 MODES = ("standard", "causal", "traditional")
@@ -109,11 +109,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"prompt {index} is empty")
     import torch
 
-    from ..conversion.loading import load_model_and_tokenizer
     from ..core.text_generation import NumericTextStreamer, generate_arguments
 
+    placement(args)  # a bad --device/--dtype fails before any file is read
     individual = _individual_argument(args.individual, len(args.prompts))
-    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    model, tokenizer = load_model(args)
 
     single = len(args.prompts) == 1
     finished_texts: dict[int, str] = {}

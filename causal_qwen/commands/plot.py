@@ -2,20 +2,22 @@
 
 Kinds: ``numbers`` (predictive Cauchy densities with the true values), ``calibration`` (nominal vs empirical
 coverage beside the histogram of the probability integral transform F(y)), ``next-token`` (top-k OvR probabilities next to softmax), ``individuals`` (2-D PCA of ``loc_U``,
-marker size from ``scale_U``), ``training`` (curves from ``metrics.jsonl``).
+marker size from ``scale_U``), ``training`` (curves from ``metrics.jsonl``), ``frontier`` (diversity against
+fluency of causal mode and Qwen's sampling, from ``benchmarks/individual.py --json``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .eval import add_data_arguments, add_model_arguments, check_writable_file, data_spec
+from .eval import add_data_arguments, add_model_arguments, check_writable_file, data_spec, load_model
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "plot",
-        help="write PNG figures: number densities, calibration, next-token probabilities, individuals, training",
+        help="write PNG figures: number densities, calibration, next-token probabilities, individuals, training, "
+        "frontier",
         description="Write one PNG figure (matplotlib). Run 'causal-qwen plot KIND --help' for each kind.",
     )
     kinds = parser.add_subparsers(dest="kind", metavar="KIND")
@@ -48,6 +50,13 @@ def register(subparsers) -> None:
     training.add_argument("--out", required=True, help="output .png file")
     training.set_defaults(func=run_training)
 
+    frontier = kinds.add_parser("frontier", help="diversity (distinct-2) against fluency (perplexity) of causal mode "
+                                "at several τ and Qwen at several temperatures")
+    frontier.add_argument("--from", dest="bench", required=True, metavar="BENCH.json",
+                          help="the JSON written by benchmarks/individual.py --json (its 'frontier' list)")
+    frontier.add_argument("--out", required=True, help="output .png file")
+    frontier.set_defaults(func=run_frontier)
+
 
 def _model_and_data(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
@@ -61,12 +70,11 @@ def _model_and_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False):
-    from ..conversion.loading import load_model_and_tokenizer
     from ..evaluation.evaluation import evaluate_data
 
     check_writable_file(args.out)
     spec = data_spec(args)
-    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    model, tokenizer = load_model(args)
     result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
                            keep_individuals=keep_individuals, language=False)
     numbers = result.selected_numbers(args.number_index, args.all_numbers)
@@ -114,12 +122,11 @@ def run_individuals(args: argparse.Namespace) -> int:
 
 
 def run_next_token(args: argparse.Namespace) -> int:
-    from ..conversion.loading import load_model_and_tokenizer
     from ..evaluation import plots
     from ..evaluation.predict import predict_next
 
     check_writable_file(args.out)
-    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    model, tokenizer = load_model(args)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
     candidates = view.candidates
     path = plots.plot_next_token(
@@ -146,5 +153,27 @@ def run_training(args: argparse.Namespace) -> int:
     if not metrics.is_file():
         raise ValueError(f"metrics file {str(metrics)!r} does not exist")
     path = plots.plot_training_curves(read_metrics(metrics), args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def run_frontier(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from ..evaluation import plots
+
+    check_writable_file(args.out)
+    bench = Path(args.bench)
+    if not bench.is_file():
+        raise ValueError(f"benchmark file {str(bench)!r} does not exist")
+    try:
+        figures = json.loads(bench.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{str(bench)!r} is not a JSON file: {error}") from error
+    if not isinstance(figures, dict) or not isinstance(figures.get("frontier"), list):
+        raise ValueError(f"{str(bench)!r} holds no 'frontier' list (write it with benchmarks/individual.py --json)")
+    tau = figures.get("causal_temperature")
+    path = plots.plot_frontier(figures["frontier"], args.out, calibrated_tau=float(tau) if tau is not None else None)
     print(f"wrote {path}")
     return 0

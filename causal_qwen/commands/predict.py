@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .eval import add_model_arguments
+from .eval import add_model_arguments, load_model
 
 
 def register(subparsers) -> None:
@@ -50,10 +50,9 @@ def format_view(view) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..conversion.loading import load_model_and_tokenizer
     from ..evaluation.predict import predict_next
 
-    model, tokenizer = load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file)
+    model, tokenizer = load_model(args)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
     if args.json:
         print(json.dumps(view.to_dict(), indent=2))

@@ -58,7 +58,7 @@ class AngleSums:
         threshold = level - margin * sigma
         column_scales = sigma * self.scales  # (V,) σ r_k
         if not self.has_tail:
-            return self._exact(threshold, column_scales, torch.arange(len(self.logits)))
+            return self._exact(threshold, column_scales, torch.arange(len(self.logits), device=self.logits.device))
         top_angles = torch.atan2(column_scales[self.top_ids], threshold - self.top_values)  # (N,K)
         total = top_angles.sum(dim=-1).double()  # (N,)
         gap = level - self.tail_max  # (N,) the narrowest tail gap
@@ -67,6 +67,7 @@ class AngleSums:
             m1, m3 = self._tail_moments(level, with_margin=margin != 0.0)  # (N,J), (N,2) float64
             epsilon = margin * sigma
             powers = torch.tensor([epsilon**j for j in range(m1.shape[1])], dtype=torch.float64)  # (J,)
+            powers = powers.to(m1.device)
             tail = sigma * (m1 * powers).sum(dim=-1) - sigma**3 / 3.0 * (m3[:, 0] + 3.0 * epsilon * m3[:, 1])
             total = torch.where(series, total + tail, total)
         exact_rows = (~series).nonzero()[:, 0]
@@ -90,8 +91,8 @@ class AngleSums:
         if cached is not None:  # the longer expansion serves any setting of the level
             return cached
         orders = MARGIN_ORDERS if with_margin else 1
-        m1 = torch.empty(len(self.logits), orders, dtype=torch.float64)
-        m3 = torch.empty(len(self.logits), 2, dtype=torch.float64)
+        m1 = torch.empty(len(self.logits), orders, dtype=torch.float64, device=self.logits.device)
+        m3 = torch.empty(len(self.logits), 2, dtype=torch.float64, device=self.logits.device)
         for rows in row_blocks(*self.logits.shape):
             u = (level - self.logits[rows]).reciprocal_()  # (n,V)
             u.scatter_(1, self.top_ids[rows], 0.0)  # the tail only

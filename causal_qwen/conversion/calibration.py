@@ -37,7 +37,8 @@ The sum ``Σ_k P_k`` grows with ``σ`` roughly as ``V·σ/(π·gap)`` (below its
 ``scale/(π·gap)`` for every one of the V tokens), so sparse probabilities need a small ``σ``; docs/design.md
 discusses what that means for causal mode.
 
-Everything is deterministic given ``seed``. The calibration text is the English prose of Python's own
+Each step shows a progress bar on stderr (`causal_qwen.progress`): on a real base the calibration takes a minute or
+more on a CPU. It runs on the model's device; everything is deterministic given ``seed``. The calibration text is the English prose of Python's own
 reference documentation (``pydoc_data.topics``, in every CPython), the even-numbered topics; the odd-numbered
 ones are kept for evaluation (`held_out_texts`).
 """
@@ -48,12 +49,14 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from .. import progress
 from .angle_sums import EXACT_TOP, AngleSums
 from .causal_temperature import calibrate_causal_temperature
 
@@ -129,28 +132,32 @@ def held_out_texts() -> list[str]:
 
 @torch.no_grad()
 def collect_features(model, tokenizer, texts: list[str], max_positions: int, window: int = WINDOW) -> tuple[Tensor, Tensor]:
-    """Backbone features ``z`` (N,H) float32 and next-token ids (N,) over windows of ``window`` tokens.
+    """Backbone features ``z`` (N,H) float32 and next-token ids (N,), on the model's device, over windows of
+    ``window`` tokens.
 
     Each text contributes its first two windows (so the positions come from many texts)."""
+    device = model.model.embed_tokens.weight.device
     features, targets = [], []
     count = 0
-    for text in texts:
-        encoded = tokenizer([text[:TEXT_CHARS]], return_tensors="pt")
-        ids, values = encoded["input_ids"][0], encoded["numeric_values"][0]  # (T,)
-        for start in range(0, min(len(ids) - 1, 2 * window), window):
-            piece_ids = ids[start : start + window + 1]  # (w+1,)
-            piece_values = values[start : start + window + 1]
-            if len(piece_ids) < 8:
-                continue
-            embeds = model.embed(piece_ids[None, :-1], piece_values[None, :-1].to(torch.float32))  # (1,w,H)
-            z = model.model(inputs_embeds=embeds, use_cache=False).last_hidden_state[0]  # (w,H)
-            features.append(z.float())
-            targets.append(piece_ids[1:])
-            count += len(piece_ids) - 1
+    with progress.bar(total=max_positions, desc="calibration: reading text", unit="pos") as bar:
+        for text in texts:
+            encoded = tokenizer([text[:TEXT_CHARS]], return_tensors="pt")
+            ids, values = encoded["input_ids"][0].to(device), encoded["numeric_values"][0].to(device)  # (T,)
+            for start in range(0, min(len(ids) - 1, 2 * window), window):
+                piece_ids = ids[start : start + window + 1]  # (w+1,)
+                piece_values = values[start : start + window + 1]
+                if len(piece_ids) < 8:
+                    continue
+                embeds = model.embed(piece_ids[None, :-1], piece_values[None, :-1].to(torch.float32))  # (1,w,H)
+                z = model.model(inputs_embeds=embeds, use_cache=False).last_hidden_state[0]  # (w,H)
+                features.append(z.float())
+                targets.append(piece_ids[1:])
+                bar.update(min(len(piece_ids) - 1, max_positions - count))
+                count += len(piece_ids) - 1
+                if count >= max_positions:
+                    break
             if count >= max_positions:
                 break
-        if count >= max_positions:
-            break
     if not features:
         raise ValueError("the calibration text produced no positions")
     return torch.cat(features)[:max_positions], torch.cat(targets)[:max_positions]
@@ -162,16 +169,17 @@ def sampled_features(model, max_positions: int, seed: int, length: int = 64) -> 
     from random first tokens (seeded). Used when no tokenizer for the base's vocabulary is at hand."""
     from transformers import DynamicCache
 
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)  # on the CPU: the same text on every device
     head = model.action.classification_head
+    device = head.weight.device
     sequences = max(1, math.ceil(max_positions / length))
-    ids = torch.randint(0, head.weight.shape[0], (sequences, 1), generator=generator)  # (B,1)
+    ids = torch.randint(0, head.weight.shape[0], (sequences, 1), generator=generator).to(device)  # (B,1)
     cache = DynamicCache(config=model.config)
     features, tokens = [], [ids]
-    for _ in range(length):
+    for _ in progress.bar(range(length), desc="calibration: sampling text", unit="token"):
         z = model.model(inputs_embeds=model.embed(ids, None), cache=cache, use_cache=True).last_hidden_state[:, -1]  # (B,H)
         probs = torch.softmax(head(z).float(), dim=-1)  # (B,V) Qwen's next-token distribution
-        ids = torch.multinomial(probs, 1, generator=generator)  # (B,1)
+        ids = torch.multinomial(probs.cpu(), 1, generator=generator).to(device)  # (B,1)
         features.append(z.float())
         tokens.append(ids)
     z = torch.stack(features, dim=1).reshape(-1, features[0].shape[-1])  # (B·L,H)
@@ -189,7 +197,7 @@ def top_logits(features: Tensor, weight: Tensor, bias: Tensor | None, k: int, ch
     values, ids = [], []
     w = weight.detach().float()
     b = None if bias is None else bias.detach().float()
-    for start in range(0, len(features), chunk):
+    for start in progress.bar(range(0, len(features), chunk), desc="calibration: top logits", unit="block"):
         logits = torch.nn.functional.linear(features[start : start + chunk], w, b)  # (n,V)
         top = logits.topk(k, dim=-1)
         values.append(top.values)
@@ -221,7 +229,7 @@ def level_candidates(top_values: Tensor, max_mean_count: float = MAX_MEAN_ABOVE)
     ``max_mean_count`` logits exceed (with a small ``σ``, ``Σ_k P_k`` is about that count), lowest first; the
     highest quantile when none qualifies."""
     quantiles = torch.linspace(0.02, 0.98, LEVEL_CANDIDATES)
-    candidates = torch.quantile(top_values[:, 0], quantiles).tolist()
+    candidates = torch.quantile(top_values[:, 0].float().cpu(), quantiles).tolist()
     feasible = [level for level in candidates if float((top_values > level).sum(dim=1).float().mean()) <= max_mean_count]
     return feasible or candidates[-1:]
 
@@ -229,7 +237,7 @@ def level_candidates(top_values: Tensor, max_mean_count: float = MAX_MEAN_ABOVE)
 @torch.no_grad()
 def ovr_figures(
     logits: Tensor, targets: Tensor, scales: Tensor, grid: list[tuple[float, float, float]],
-    max_prob_sum: float = math.inf,
+    max_prob_sum: float = math.inf, advance: Callable[[int], object] | None = None,
 ) -> dict[str, Tensor]:
     """For each ``(L, σ, m)`` in ``grid``, with ``t = L − m·σ`` and ``scale_k = σ·r_k`` (``r = scales``, near 1):
     mean ``Σ_k P_k`` and mean OvR-normalised NLL ``−log(P_t / Σ_k P_k)``; plus the softmax NLL.
@@ -239,7 +247,8 @@ def ovr_figures(
     sum above ``max_prob_sum`` plus the mean count of logits above ``t``, every larger ``σ`` has a sum above
     ``max_prob_sum`` too and is not computed: both of its figures are ``inf``. The sums over the vocabulary come
     from `AngleSums` (each position's top logits exactly, the rest by a power series; angle_sums.py).
-    logits (N,V), targets (N,), scales (V,)  →  (G,) tensors and a scalar."""
+    ``advance(n)``: told of every setting done (computed or skipped), for a progress bar.
+    logits (N,V), targets (N,), scales (V,)  →  (G,) tensors (float64, on the CPU) and a scalar."""
     logits = logits.float()
     target = targets[:, None]  # (N,1)
     prob_sum = torch.full((len(grid),), math.inf, dtype=torch.float64)
@@ -254,16 +263,22 @@ def ovr_figures(
     target_scales = scales[targets]  # (N,)
     for threshold, members in by_threshold.items():
         mean_above = count_above(threshold)
+        done = 0
         for sigma, g in sorted(members):
             level, _, margin = grid[g]
             # π·P_k with no cancellation; every P_k ≥ σ·r_k/(π·(t − l_k)) stays far above float32's smallest normal.
             total = angle_sums(level, sigma, margin) / math.pi  # (N,) Σ_k P_k
             target_p = torch.atan2(sigma * target_scales, threshold - target_logits).double() / math.pi  # (N,) P_t
-            prob_sum[g] = total.mean()
-            ovr_nll[g] = (total.log() - target_p.log()).mean()
+            prob_sum[g] = float(total.mean())
+            ovr_nll[g] = float((total.log() - target_p.log()).mean())
+            done += 1
+            if advance is not None:
+                advance(1)
             if prob_sum[g] - mean_above > max_prob_sum:
                 break
-    softmax_nll = (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().mean()
+        if advance is not None and done < len(members):
+            advance(len(members) - done)  # the larger σ of this threshold, skipped
+    softmax_nll = (logits.logsumexp(-1) - logits.gather(1, target)[:, 0]).double().mean().cpu()
     return {"prob_sum": prob_sum, "ovr_nll": ovr_nll, "softmax_nll": softmax_nll}
 
 
@@ -304,11 +319,16 @@ def search_decision(
     logits = F.linear(features, head.weight.detach().float(), None if head.bias is None else head.bias.detach().float())
     picks = sorted({round(i * (len(levels) - 1) / max(COARSE_LEVELS - 1, 1)) for i in range(COARSE_LEVELS)})
     coarse = [(i, 10.0**e) for i in picks for e in COARSE_EXPONENTS]
-    figures = ovr_figures(logits, targets, scales, [(levels[i], sigma, 0.0) for i, sigma in coarse], MAX_PROB_SUM)
-    index, sigma = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
-    near = levels[max(index - 1, 0) : index + 2]
-    fine = [(level, sigma * 10.0 ** (q / 4), margin) for level in near for q in range(-3, 4) for margin in MARGINS]
-    figures = ovr_figures(logits, targets, scales, fine, MAX_PROB_SUM)
+    fine_steps = range(-3, 4)  # quarter decades around the coarse σ
+    at_most = len(coarse) + 3 * len(fine_steps) * len(MARGINS)
+    with progress.bar(total=at_most, desc="calibration: level and scale", unit="setting") as bar:
+        figures = ovr_figures(logits, targets, scales, [(levels[i], sigma, 0.0) for i, sigma in coarse], MAX_PROB_SUM,
+                              advance=bar.update)
+        index, sigma = coarse[choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)]
+        near = levels[max(index - 1, 0) : index + 2]
+        fine = [(level, sigma * 10.0 ** (q / 4), margin) for level in near for q in fine_steps for margin in MARGINS]
+        bar.total = len(coarse) + len(fine)
+        figures = ovr_figures(logits, targets, scales, fine, MAX_PROB_SUM, advance=bar.update)
     best = choose_scale(figures["prob_sum"], figures["ovr_nll"], MAX_PROB_SUM)
     return fine[best], figures, best
 

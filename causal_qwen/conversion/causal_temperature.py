@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from .. import progress
 
 DEFAULT_POSITIONS = 512  # of the calibration text's positions, spread evenly over them
 # ε per position: fewer bias τ down through the add-½ smoothing (real weights: 0.87, 0.90, 0.96 τ₀ at 256, 512, 1024)
@@ -41,6 +43,7 @@ REFINEMENTS = (8, 64)  # then steps of 1/8 and 1/64 decade, ±8 steps around the
 STEPS_PER_DECADE = 64  # exponents are kept as integers in units of the finest step
 CHUNK = 32  # positions per block of draws
 LOGIT_CHUNK = 256  # positions per pass over the vocabulary
+MAX_EVALUATIONS = 1 + len(COARSE_EXPONENTS) + 17 * len(REFINEMENTS)  # τ tried by `search_temperature`, at most
 EPSILON_FLOOR = 2.0**-24  # float32 ε: |tan(π(ε − ½))| ≤ ~5e6 (the Cauchy mass cut off beyond is ~6e-8)
 
 
@@ -48,7 +51,8 @@ EPSILON_FLOOR = 2.0**-24  # float32 ε: |tan(π(ε − ½))| ≤ ~5e6 (the Cauch
 class CausalTemperatureFit:
     """The calibrated ``τ`` and what it measured (nats per position, means over ``positions``).
 
-    temperature: the chosen ``τ`` (0 when no ``τ > 0`` beats it); cross_entropy: ``−Σ_k p_k log f_k`` at it;
+    temperature: the chosen ``τ`` (0 when no ``τ > 0`` beats it); objective: what it minimised (`objective_of`);
+    surprisal: ``E_f[−log p]`` at it (to compare with softmax_entropy); cross_entropy: ``−Σ_k p_k log f_k`` at it;
     softmax_entropy: ``H(p)`` over the candidates (the cross-entropy's lower bound); grid / grid_cross_entropy:
     every ``τ`` tried, ascending, and its cross-entropy; unit: ``τ₀``, at which the median candidate's score moves
     by a Cauchy of scale one logit; outside_mass: the softmax mass outside the candidates, mean.
@@ -62,6 +66,8 @@ class CausalTemperatureFit:
     positions: int
     draws: int
     top: int = DEFAULT_TOP
+    objective: str = "surprisal"
+    surprisal: float = math.nan
     unit: float = math.nan
     outside_mass: float = math.nan
     seconds: float = 0.0
@@ -105,8 +111,13 @@ class CandidateDraws:
 
     @classmethod
     @torch.no_grad()
-    def draw(cls, model, features: Tensor, draws: int, top: int, generator: torch.Generator | None = None) -> "CandidateDraws":
-        """Candidates and ``draws`` ε per position of ``features`` (N,H), the backbone's last hidden states."""
+    def draw(
+        cls, model, features: Tensor, draws: int, top: int, generator: torch.Generator | None = None,
+        advance: Callable[[int], object] | None = None,
+    ) -> "CandidateDraws":
+        """Candidates and ``draws`` ε per position of ``features`` (N,H), the backbone's last hidden states, on their
+        device (ε drawn on the CPU by ``generator``: the same draws on every device). ``advance(1)`` after each
+        block of `CHUNK` positions."""
         if draws < 1 or top < 1:
             raise ValueError(f"draws and top must be positive, got draws={draws!r}, top={top!r}")
         heads = _Heads.of(model)
@@ -116,10 +127,11 @@ class CandidateDraws:
         log_probs = logits.double().log_softmax(dim=-1)  # (N,K) p renormalised over the candidates
         probs = log_probs.exp()
         entropy = -(probs * log_probs).sum(dim=-1)  # (N,)
-        parts = [
-            _draw_block(heads, loc_U, scale_U, logits, ids, start, draws, generator)
-            for start in range(0, len(features), CHUNK)
-        ]
+        parts = []
+        for start in range(0, len(features), CHUNK):
+            parts.append(_draw_block(heads, loc_U, scale_U, logits, ids, start, draws, generator))
+            if advance is not None:
+                advance(1)
         distance, scale, noise, unit_scale = (torch.cat(part) for part in zip(*parts))
         if bool((scale > 0).all()):  # (d + τ n)/scale_S = d/scale_S + τ·(n/scale_S)
             distance, noise, scale = distance / scale, noise.div_(scale[:, None, :]), None
@@ -129,13 +141,19 @@ class CandidateDraws:
         """How often each candidate is chosen at ``τ = temperature`` (N,K), over the D draws of every position."""
         shifted = torch.add(self.distance[:, None, :], self.noise, alpha=temperature)  # (N,D,K) d + τ n
         choice = shifted.argmax(dim=-1) if self.scale is None else causal_choice(shifted, self.scale)  # (N,D)
-        flat = choice + self.top * torch.arange(self.positions)[:, None]  # (N,D) position·K + candidate
+        flat = choice + self.top * torch.arange(self.positions, device=choice.device)[:, None]  # (N,D) position·K + k
         return torch.bincount(flat.reshape(-1), minlength=self.positions * self.top).view(self.probs.shape).double()
 
     def cross_entropy(self, temperature: float) -> float:
         """Mean over positions of ``−Σ_k p_k log f_k``, ``f_k = (count_k + ½)/(D + K/2)`` (add-½ smoothing)."""
         frequencies = (self.counts(temperature) + 0.5) / (self.draws + 0.5 * self.top)  # (N,K)
         return float(-(self.probs * frequencies.log()).sum(dim=-1).mean())
+
+    def surprisal(self, temperature: float) -> float:
+        """Mean over positions of ``E_f[−log p] = −Σ_k f_k log p_k``, ``f_k = count_k / D``: how surprising the base
+        finds the causal choices (ancestral sampling from ``p`` scores ``H(p)`` here)."""
+        frequencies = self.counts(temperature) / self.draws  # (N,K)
+        return float(-(frequencies * self.probs.log()).sum(dim=-1).mean())
 
     def unit(self) -> float:
         """``τ₀ = 1/median(|W_top| scale_U)``: at ``τ = τ₀`` the median candidate's score moves by a Cauchy of scale
@@ -223,7 +241,7 @@ def _draw_block(
     scale = magnitude @ heads.noise + heads.token_noise  # (n,K) |W_k|·|b_noise| + γ_S
     spread = scale_U[rows]  # (n,C)
     unit_scale = (magnitude @ spread[:, :, None])[..., 0]  # (n,K) Σ_c |W_kc| scale_U_c
-    epsilon = torch.rand((len(block_ids), draws, spread.shape[-1]), generator=generator)  # (n,D,C)
+    epsilon = torch.rand((len(block_ids), draws, spread.shape[-1]), generator=generator).to(spread.device)  # (n,D,C)
     offsets = torch.tan(math.pi * (epsilon.clamp_min_(EPSILON_FLOOR) - 0.5))  # (n,D,C) standard Cauchy
     noise = torch.bmm(offsets * spread[:, None, :], gathered.transpose(1, 2))  # (n,D,K) W_top (scale_U ⊙ c)
     return distance, scale, noise, unit_scale
@@ -301,17 +319,38 @@ def spread_subset(features: Tensor, positions: int) -> Tensor:
     """``positions`` rows of ``features`` (N,H) spread evenly over them (all rows when there are no more)."""
     if len(features) <= positions:
         return features
-    rows = torch.linspace(0, len(features) - 1, positions).round().long()  # (P,)
+    rows = torch.linspace(0, len(features) - 1, positions, device=features.device).round().long()  # (P,)
     return features[rows]
 
 
-def search_temperature(candidates: CandidateDraws) -> tuple[float, dict[float, float]]:
-    """The ``τ`` with the lowest cross-entropy, and the cross-entropy of every ``τ`` tried.
+OBJECTIVES = ("surprisal", "cross_entropy")
+
+
+def objective_of(candidates: CandidateDraws, objective: str) -> Callable[[float], float]:
+    """What `search_temperature` minimises: ``"surprisal"``, the distance ``|E_f[−log p] − H(p)|`` between how
+    surprising the base finds causal choices and its own samples (the fluency of sampling); ``"cross_entropy"``,
+    ``−Σ_k p_k log f_k`` (how well the choices cover the softmax)."""
+    if objective == "cross_entropy":
+        return candidates.cross_entropy
+    if objective == "surprisal":
+        entropy = float(candidates.entropy.mean())
+        return lambda temperature: abs(candidates.surprisal(temperature) - entropy)
+    raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+
+
+def search_temperature(
+    candidates: CandidateDraws, advance: Callable[[int], object] | None = None, objective: str = "surprisal"
+) -> tuple[float, dict[float, float]]:
+    """The ``τ`` with the lowest value of the ``objective`` (`objective_of`), and that value for every ``τ`` tried.
 
     ``τ = τ₀·10^e``: whole decades ``e`` of `COARSE_EXPONENTS`, then ±8 steps of each of `REFINEMENTS` around the
     best so far (the first refinement spans the neighbouring decades, the next the neighbouring eighths). ``τ = 0``
-    is a candidate too and wins ties: when no ``τ > 0`` beats it, the answer is 0."""
-    tried = {0.0: candidates.cross_entropy(0.0)}
+    is a candidate too and wins ties: when no ``τ > 0`` beats it, the answer is 0. ``advance(1)`` after each ``τ``
+    (at most `MAX_EVALUATIONS`)."""
+    step = advance if advance is not None else (lambda n: None)
+    measure = objective_of(candidates, objective)
+    tried = {0.0: measure(0.0)}
+    step(1)
     unit = candidates.unit()
     if not math.isfinite(unit):
         return 0.0, tried
@@ -320,7 +359,8 @@ def search_temperature(candidates: CandidateDraws) -> tuple[float, dict[float, f
     def evaluate(exponents) -> None:
         for exponent in exponents:
             if exponent not in by_exponent:
-                by_exponent[exponent] = candidates.cross_entropy(unit * 10.0 ** (exponent / STEPS_PER_DECADE))
+                by_exponent[exponent] = measure(unit * 10.0 ** (exponent / STEPS_PER_DECADE))
+                step(1)
 
     evaluate(e * STEPS_PER_DECADE for e in COARSE_EXPONENTS)
     for steps in REFINEMENTS:
@@ -334,22 +374,28 @@ def search_temperature(candidates: CandidateDraws) -> tuple[float, dict[float, f
 
 def calibrate_causal_temperature(
     model, features: Tensor, *, positions: int = DEFAULT_POSITIONS, draws: int = DEFAULT_DRAWS, top: int = DEFAULT_TOP,
-    seed: int = 0,
+    seed: int = 0, objective: str = "surprisal",
 ) -> CausalTemperatureFit:
-    """``τ`` minimising `choice_cross_entropy` on ``positions`` of ``features`` (N,H) spread evenly over them, by
+    """``τ`` minimising the ``objective`` (`objective_of`) on ``positions`` of ``features`` (N,H) spread evenly, by
     `search_temperature` (a log-spaced grid relative to ``τ₀``, so the same whatever the size of ``scale_U``);
     deterministic given ``seed``. ``model`` is read, never changed."""
     started = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
-    candidates = CandidateDraws.draw(model, spread_subset(features, positions), draws, top, generator)
-    temperature, tried = search_temperature(candidates)
+    subset = spread_subset(features, positions)
+    blocks = math.ceil(len(subset) / CHUNK)
+    with progress.bar(total=blocks + MAX_EVALUATIONS, desc="calibration: causal temperature", unit="step") as bar:
+        candidates = CandidateDraws.draw(model, subset, draws, top, generator, advance=bar.update)
+        temperature, tried = search_temperature(candidates, advance=bar.update, objective=objective)
+        bar.update(bar.total - bar.n)  # the τ not tried (repeats, or no spread at all)
     grid = sorted(tried)
     return CausalTemperatureFit(
         temperature=temperature,
-        cross_entropy=tried[temperature],
+        cross_entropy=candidates.cross_entropy(temperature),
         softmax_entropy=float(candidates.entropy.mean()),
         grid=grid,
-        grid_cross_entropy=[tried[value] for value in grid],
+        grid_cross_entropy=[candidates.cross_entropy(value) for value in grid],
+        objective=objective,
+        surprisal=candidates.surprisal(temperature),
         positions=candidates.positions,
         draws=candidates.draws,
         top=candidates.top,

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import Qwen2ForCausalLM
 
+from .. import progress
 from ..core.modeling import CausalQwenForCausalLM
 from ..evaluation.evaluation import TokenTotals, add_token_scores, decision_constants
 from ..evaluation.row_blocks import row_blocks
@@ -181,9 +182,10 @@ def compare_models(
     prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:held_out_topics])
     num_id = causal.config.num_token_id
     running = _RunningFigures(constants=decision_constants(causal))
-    for prompt in prompts:
+    device = causal.model.embed_tokens.weight.device
+    for prompt in progress.bar(prompts, desc="compare: prompts", unit="prompt"):
         encoded = tokenizer([prompt], return_tensors="pt")
-        input_ids, numeric_values = encoded["input_ids"], encoded["numeric_values"]  # (1,S) each
+        input_ids, numeric_values = encoded["input_ids"].to(device), encoded["numeric_values"].to(device)  # (1,S)
         qwen_out = qwen(input_ids=input_ids, output_hidden_states=True)
         causal_out = causal(input_ids=input_ids, numeric_values=numeric_values)
         running.add(qwen_out, causal_out, causal, input_ids, num_id)

@@ -16,6 +16,7 @@ With ``ovr_calibration="base_agreement"`` (the default) `causal_qwen.conversion.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import Qwen2ForCausalLM
 
+from .. import progress
 from ..core.configuration import CausalQwenConfig
 from . import presets
 
@@ -56,13 +58,15 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
     kwargs = {"dtype": dtype} if dtype is not None else {}
     path = Path(name)
     if path.is_file() and path.suffix == ".gguf":
-        return Qwen2ForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        with _gguf_progress():
+            return Qwen2ForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
     if gguf_file is not None:
         if not path.exists():
             from .hub import check_hub_id
 
             check_hub_id(name)
-        return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
+        with _gguf_progress():
+            return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
     if path.is_dir():
         check_qwen_folder(path)
         return Qwen2ForCausalLM.from_pretrained(str(path), **kwargs)
@@ -80,6 +84,28 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
         return Qwen2ForCausalLM.from_pretrained(name, **kwargs)
     except OSError as error:
         raise ValueError(f"cannot load base {name!r} from the model hub: {error}") from error
+
+
+@contextlib.contextmanager
+def _gguf_progress():
+    """Within it, transformers' bar over the GGUF tensors it de-quantises is one of `causal_qwen.progress` (off with
+    ``--quiet``, plain lines in a log)."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+
+    def bar(iterable=None, *args, **kwargs):
+        total = len(iterable) if hasattr(iterable, "__len__") else None
+        return progress.bar(iterable, desc="GGUF: de-quantising", total=total, unit="tensor")
+
+    gguf_utils.tqdm = bar
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def check_qwen_folder(path: Path) -> None:
@@ -113,16 +139,20 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
 
     The base's backbone module is reused, not copied, and reads the new model's config (one config object, as
     after ``from_pretrained``); the classification head is a clone of ``lm_head``.
-    ``overrides``: `CausalQwenConfig` fields (``seed=`` seeds the random draws), plus ``gguf_file`` and ``dtype``
-    for loading.
+    ``overrides``: `CausalQwenConfig` fields (``seed=`` seeds the random draws), plus, as ``from_pretrained`` takes
+    them, ``gguf_file``, ``dtype`` (the base is loaded in it; the calibrated scales and thresholds stay float32) and
+    ``device_map`` (one device, such as ``"cuda"``: the base is moved there and converted and calibrated on it).
     """
     gguf_file = overrides.pop("gguf_file", None)
     dtype = overrides.pop("dtype", None)
+    device = _single_device(overrides.pop("device_map", None))
     tokenizer = overrides.pop("tokenizer", None)
     calibrated = overrides.get("ovr_calibration", "base_agreement") != "none"
     if calibrated:
         overrides.setdefault("ovr_threshold_kind", "per_token")
     qwen = load_qwen_base(base, gguf_file=gguf_file, dtype=dtype)
+    if device is not None:
+        qwen.to(device)
     memo_key = _memo_key(base, gguf_file, dtype, qwen) if calibrated else None  # the base as given, before any change
     vocab_rows = qwen.model.embed_tokens.num_embeddings
     num_token_id = overrides.pop("num_token_id", None)
@@ -180,6 +210,23 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     return model
 
 
+def _single_device(device_map) -> torch.device | None:
+    """The one device of a ``device_map`` given to the conversion (a name or ``torch.device``; a dict placing the
+    whole model, ``{"": device}``); None for none. The conversion does not split a model over devices."""
+    if isinstance(device_map, dict) and set(device_map) == {""}:
+        device_map = device_map[""]
+    if device_map is None:
+        return None
+    if isinstance(device_map, int) and not isinstance(device_map, bool):
+        return torch.device("cuda", device_map)
+    if isinstance(device_map, (str, torch.device)) and str(device_map) not in ("auto", "balanced", "sequential"):
+        from .loading import resolve_device_and_dtype
+
+        return resolve_device_and_dtype(device_map, "float32")[0]
+    raise ValueError(f"the conversion runs on one device: give device_map='cpu', 'cuda', 'cuda:N' or 'mps', "
+                     f"not {device_map!r}")
+
+
 # A base given as a model object is recognised by a hash of its weights up to this many elements (hashing
 # runs at about 200 M elements/s; larger bases come from files or presets, recognised by name).
 HASHED_BASE_ELEMENTS = 20_000_000
@@ -193,7 +240,7 @@ def _memo_key(base, gguf_file, dtype, qwen: Qwen2ForCausalLM) -> tuple | None:
         return None if fingerprint is None else ("weights", fingerprint)
     name = os.fspath(base)
     if presets.is_preset(name):
-        return ("preset", name, str(dtype))
+        return ("preset", name, str(dtype or torch.float32))  # a preset is built in float32 unless told
     path = Path(name) if gguf_file is None else Path(name) / gguf_file
     if path.exists():
         stat = path.stat()

@@ -1,4 +1,10 @@
-"""Finding the tokenizer and model that go with a name given on the command line or in a config.
+"""Finding the tokenizer and model that go with a name given on the command line or in a config, and the device and
+dtype they run in.
+
+`resolve_device_and_dtype` is the one place that chooses them: the device ``cuda`` when available, else ``mps``, else
+``cpu``; the dtype ``bfloat16`` on a GPU that supports it, else ``float32``. Every command that loads a model passes
+its ``--device``/``--dtype`` through it (``ValueError`` for an unknown or unavailable one). Whatever the dtype, the
+model keeps its calibrated scales and thresholds in float32 (`CausalQwenForCausalLM`, "Precision").
 
 Weights are checked on load: a damaged ``.safetensors`` file (truncated, bad header) or a tensor holding NaN or
 infinite values raises ``ValueError`` naming the file, rather than a traceback or a model that scores NaN.
@@ -14,6 +20,83 @@ from pathlib import Path
 from . import presets
 from .conversion import check_qwen_folder
 from .hub import check_hub_id, looks_like_hub_id
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def resolve_device_and_dtype(device=None, dtype=None):
+    """``(torch.device, torch.dtype)`` to run a model in.
+
+    device: ``None``/``"auto"`` (``cuda`` when available, else ``mps``, else ``cpu``), ``"cpu"``, ``"cuda"``,
+    ``"cuda:N"``, ``"mps"`` or a ``torch.device``; dtype: ``None``/``"auto"`` (``bfloat16`` on a GPU that supports
+    it, else ``float32``), one of `DTYPE_NAMES` (or ``fp32``/``bf16``/``fp16``/``half``) or a ``torch.dtype``.
+    ``ValueError`` names what is wrong: an unknown device or dtype, a device this machine does not have, bfloat16 on
+    a GPU without it.
+    """
+    import torch
+
+    device = _resolve_device(device)
+    if dtype is None or dtype == "auto":
+        return device, (torch.bfloat16 if _supports_bfloat16(device) else torch.float32)
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    else:
+        raise ValueError(f"dtype must be a name or a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {str(dtype)!r}: use one of {', '.join(DTYPE_NAMES)} (or auto)")
+    chosen = getattr(torch, name)
+    if chosen == torch.bfloat16 and device.type != "cpu" and not _supports_bfloat16(device):
+        raise ValueError(f"device {str(device)!r} does not support bfloat16: use --dtype float16 or float32")
+    return device, chosen
+
+
+def _resolve_device(device):
+    import torch
+
+    if device is None or device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        chosen = device if isinstance(device, torch.device) else torch.device(str(device).strip().lower())
+    except (RuntimeError, ValueError, TypeError):
+        chosen = None
+    if chosen is None or chosen.type not in DEVICE_TYPES:
+        raise ValueError(f"unknown device {str(device)!r}: use auto, cpu, cuda, cuda:N or mps")
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "this torch has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"device {str(device)!r} is not available ({why}); use --device cpu")
+        if chosen.index is not None and chosen.index >= count:
+            raise ValueError(f"device {str(device)!r} is not available: {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {str(device)!r} is not available (no Apple GPU, or a torch built without MPS); "
+                         "use --device cpu")
+    return chosen
+
+
+def _supports_bfloat16(device) -> bool:
+    """Whether ``device`` (a GPU) runs bfloat16 well: CUDA with native support (compute capability 8 and up), MPS
+    where bfloat16 tensors can be made (macOS 14 and up). The CPU is never chosen for it by default."""
+    import torch
+
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    if device.type == "mps":
+        try:
+            torch.ones(1, dtype=torch.bfloat16, device=device)
+        except (RuntimeError, TypeError):
+            return False
+        return True
+    return False
 
 
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
@@ -49,26 +132,40 @@ def check_causal_qwen_folder(path: Path) -> None:
         raise ValueError(f"model folder {str(path)!r} holds a {model_type!r} model, not a CausalQwen one{hint}")
 
 
-def load_model_and_tokenizer(model_dir: str | None = None, base: str | None = None, gguf_file: str | None = None):
-    """``(CausalQwenForCausalLM, NumericTokenizer)`` from a converted folder, or converted on the fly from a base."""
+def load_model_and_tokenizer(
+    model_dir: str | None = None, base: str | None = None, gguf_file: str | None = None, device=None, dtype=None
+):
+    """``(CausalQwenForCausalLM, NumericTokenizer)`` from a converted folder, or converted on the fly from a base, in
+    eval mode on ``device`` in ``dtype``.
+
+    device, dtype: as `resolve_device_and_dtype` takes them; both ``None`` (the default): where and as
+    ``from_pretrained`` / the conversion put the model (the CPU; the stored dtype).
+    """
     from ..core.tokenizer import NumericTokenizer
 
     if (model_dir is None) == (base is None):
         raise ValueError("give exactly one of a model folder (--model) or a base (--base)")
+    placement = {}
+    if device is not None or dtype is not None:
+        device, dtype = resolve_device_and_dtype(device, dtype)
+        placement = {"device": device, "dtype": dtype}
     if model_dir is not None:
-        model = load_causal_model(model_dir)
+        model = load_causal_model(model_dir, **placement)
         return model.eval(), NumericTokenizer.from_pretrained(model_dir)
-    return convert_base(base, gguf_file=gguf_file)
+    return convert_base(base, gguf_file=gguf_file, **placement)
 
 
-def load_causal_model(model_dir: str | os.PathLike, **overrides):
+def load_causal_model(model_dir: str | os.PathLike, device=None, dtype=None, **overrides):
     """`CausalQwenForCausalLM.from_pretrained` of a converted folder, its weight files checked before and its
-    tensors after (``ValueError`` naming the file when one is damaged or holds NaN/inf)."""
+    tensors after (``ValueError`` naming the file when one is damaged or holds NaN/inf). ``device``: where to put it
+    (a ``torch.device`` or name; None: the CPU); ``dtype``: its dtype (None: the stored one)."""
     from ..core.modeling import CausalQwenForCausalLM
 
     path = Path(model_dir)
     check_causal_qwen_folder(path)
     check_weight_files(path)
+    if dtype is not None:
+        overrides["dtype"] = dtype
     try:
         model = CausalQwenForCausalLM.from_pretrained(str(path), **overrides)
     except Exception as error:  # safetensors' errors are not OSError/ValueError
@@ -76,7 +173,7 @@ def load_causal_model(model_dir: str | os.PathLike, **overrides):
             raise
         raise ValueError(f"model folder {str(path)!r}: damaged weights ({_first_line(error)})") from error
     check_finite_weights(model, path)
-    return model
+    return model if device is None else model.to(device)
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -132,12 +229,18 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def convert_base(base, gguf_file: str | None = None, **overrides):
+def convert_base(base, gguf_file: str | None = None, device=None, dtype=None, **overrides):
     """``(CausalQwenForCausalLM, NumericTokenizer)`` converted from a Qwen2 base, with ``<NUM>`` at the id the
-    tokenizer chose (its first reserved slot, or one new row), so model and tokenizer always agree."""
+    tokenizer chose (its first reserved slot, or one new row), so model and tokenizer always agree. ``device``,
+    ``dtype``: where and in what dtype the base is loaded, converted and calibrated (None: the CPU; the base's own
+    dtype)."""
     from ..core.modeling import CausalQwenForCausalLM
 
     tokenizer = load_tokenizer_for_base(base, gguf_file)
     overrides.setdefault("num_token_id", tokenizer.num_token_id)
+    if device is not None:
+        overrides["device_map"] = device
+    if dtype is not None:
+        overrides["dtype"] = dtype
     model = CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file, tokenizer=tokenizer, **overrides)
     return model, tokenizer

@@ -101,11 +101,18 @@ def linear_transform(loc: Tensor, scale: Tensor, weight: Tensor, bias: Tensor | 
     ``W X + b ~ Cauchy(W·loc + b, |W|·scale)``; ``|W|`` comes from `abs_weight` (built once per weight
     inside a `reuse_abs_weights` scope).
 
-    loc, scale: (..., C); weight: (V, C); bias: (V,) or None  →  (..., V), (..., V)
+    loc, scale: (..., C); weight: (V, C); bias: (V,) or None  →  (..., V) in the weight's dtype, (..., V) in the
+    scale's. A scale kept wider than a 16-bit weight (float32 scales of a bfloat16/float16 model, ~1e-9 after the
+    calibration: 0 in float16) is divided by its largest component before the product in the weight's dtype and
+    multiplied back after, so it keeps the weight dtype's relative precision whatever its size.
     """
     out_loc = torch.nn.functional.linear(loc, weight, bias)  # (..., V)
-    out_scale = torch.nn.functional.linear(scale, abs_weight(weight))  # (..., V)
-    return out_loc, out_scale
+    magnitude = abs_weight(weight)  # (V, C)
+    if scale.dtype == weight.dtype or torch.finfo(scale.dtype).bits <= torch.finfo(weight.dtype).bits:
+        return out_loc, torch.nn.functional.linear(scale.to(weight.dtype), magnitude)  # (..., V)
+    peak = scale.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scale.dtype).tiny)  # (..., 1)
+    unit = torch.nn.functional.linear((scale / peak).to(weight.dtype), magnitude)  # (..., V) in the weight's dtype
+    return out_loc, unit.to(scale.dtype) * peak
 
 
 def add_independent(loc_a: Tensor, scale_a: Tensor, loc_b: Tensor, scale_b: Tensor) -> tuple[Tensor, Tensor]:

@@ -36,6 +36,7 @@ from .cauchy import decision_score
 
 __all__ = [
     "decision_scores",
+    "individual_number",
     "causal_scores",
     "constant_scale",
     "position_free_scale",
@@ -61,7 +62,7 @@ def _derived(owner: torch.nn.Module, name: str, sources: Sequence[Tensor], compu
     entry = entries.get(name)
     if entry is not None and entry[0] == key:
         return entry[1]
-    with torch.no_grad():
+    with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable after inference mode too
         value = compute()
     entries[name] = (key, value)
     return value
@@ -182,6 +183,28 @@ def decision_scores(
     scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
     loc_S = F.linear(u, head.weight, head.bias)  # (B,S,V)
     return causal_scores(loc_S, scale_S, thresholds, None if has_zero else inverse_scale), u
+
+
+def individual_number(action, loc_U: Tensor, scale_U: Tensor, coordinates: Tensor) -> Tensor:
+    """The number an individual writes (B,S): a draw of the model's predictive ``Y ~ Cauchy(loc_Y, scale_Y)`` at the
+    quantile the individual's coordinates give it,
+
+        Y = loc_Y + scale_Y·c_Y,    c_Y = Σ_c a_c c_c / Σ_c |a_c|,    a = W_reg ⊙ scale_U,
+
+    where ``c_Y`` is the standard-Cauchy coordinate of ``W_reg U`` (a weighted sum of independent standard Cauchy
+    variables divided by the sum of the weights' sizes is exactly standard Cauchy). With ``τ = 1`` and no exogenous
+    noise this is ``W_reg u + b_reg`` itself; unlike that, it keeps the spread the model predicts for numbers (its
+    number noise included) and does not take the causal temperature, which widens the individual for token choices
+    only (``τ·scale_U·|W_reg|`` would put numbers millions away). One individual (sequence scope) sits at one
+    quantile of every number it writes. loc_U, scale_U: (B,S,C); coordinates: c (B,C) or (B,S,C).
+    """
+    if coordinates.dim() == 2:
+        coordinates = coordinates.unsqueeze(1)  # (B,1,C)
+    loc_Y, scale_Y = action.regress(loc_U, scale_U)  # (B,S) each
+    weights = scale_U.double() * action.regression_head.weight[0].double()  # (B,S,C) a
+    size = weights.abs().sum(-1)  # (B,S)
+    quantile = (weights * coordinates.double()).sum(-1) / size.clamp_min(torch.finfo(torch.float64).tiny)  # (B,S)
+    return (loc_Y.double() + scale_Y.double() * quantile.where(size > 0, 0.0)).to(loc_Y.dtype)
 
 
 # ============================================================================================================

@@ -287,7 +287,7 @@ class DecodingState:
         return inputs
 
     def remember(self, outputs) -> None:
-        """The number a ``<NUM>`` chosen at the last position carries: the individual's ``W_reg u + b_reg`` in causal
+        """The number a ``<NUM>`` chosen at the last position carries: the individual's (`decisions.individual_number`) in causal
         mode, else ``loc_Y``; its precision from the population's ``scale_Y``."""
         chosen = outputs.individual_Y if self.mode == "causal" else outputs.loc_Y  # (B,S')
         self.pending = chosen[:, -1].float()  # (B,)

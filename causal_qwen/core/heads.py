@@ -27,6 +27,11 @@ from .cauchy import inverse_softplus, linear_transform
 # `from_pretrained` has already filled, so loading a checkpoint never overwrites loaded weights.
 
 
+def _wider(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """The dtype both ``a`` and ``b`` fit in (float32 for bfloat16 with float16)."""
+    return torch.promote_types(a, b)
+
+
 def symlog(values: Tensor) -> Tensor:
     """``sign(v)·ln(1 + |v|)``: compresses magnitudes, keeps the sign, ``symlog(0) = 0``."""
     return torch.sign(values) * torch.log1p(values.abs())
@@ -67,9 +72,11 @@ class AbductionNetwork(nn.Module):
         init.constant_(self.scale_net.bias, inverse_softplus(initial_scale))
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
-        # features: (B,S,H) -> loc_U, scale_U: (B,S,C)
+        # features: (B,S,H) -> loc_U: (B,S,C) in the features' dtype, scale_U: (B,S,C) in the scale net's (float32 in
+        # a float16/bfloat16 model, which keeps that net float32: a calibrated scale_U of ~1e-9 is 0 in float16)
         loc_U = self.loc_net(features)
-        scale_U = F.softplus(self.scale_net(features))
+        net = self.scale_net
+        scale_U = F.softplus(F.linear(features.to(_wider(features.dtype, net.weight.dtype)), net.weight, net.bias))
         return loc_U, scale_U
 
 
@@ -127,8 +134,9 @@ class NumberNoise(nn.Module):
         init.constant_(self.bias, inverse_softplus(initial_scale))
 
     def forward(self, loc_U: Tensor) -> Tensor:
-        # loc_U: (B,S,C) -> γ_Y: (B,S)
-        return F.softplus(loc_U @ self.weight.to(loc_U.dtype) + self.bias.to(loc_U.dtype))
+        # loc_U: (B,S,C) -> γ_Y: (B,S), in float32 at least (the parameters stay float32 in a 16-bit model)
+        dtype = _wider(loc_U.dtype, self.weight.dtype)
+        return F.softplus(loc_U.to(dtype) @ self.weight.to(dtype) + self.bias.to(dtype))
 
 
 class ActionNetwork(nn.Module):
@@ -170,17 +178,20 @@ class ActionNetwork(nn.Module):
         return self.token_noise.abs()
 
     def decision_scale(self, scale_U: Tensor) -> Tensor:
-        """``s = scale_U + |b_noise|`` (B,S,C): the scale of ``U + ε`` before the linear maps."""
+        """``s = scale_U + |b_noise|`` (B,S,C): the scale of ``U + ε`` before the linear maps (float32 at least:
+        ``b_noise`` stays float32 in a 16-bit model)."""
         return scale_U + self.b_noise.abs()
 
     def classify(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
-        """``loc_S = W_cls loc_U + b_cls``, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ + γ_S``: (B,S,V) each."""
+        """``loc_S = W_cls loc_U + b_cls`` (B,S,V) in the weights' dtype, ``scale_S = (scale_U + |b_noise|) @ |W_cls|ᵀ
+        + γ_S`` (B,S,V) in the scales' (float32 in a 16-bit model)."""
         head = self.classification_head
         loc_S, scale_S = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         return loc_S, scale_S + self.token_noise_scale().to(scale_S.dtype)
 
     def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
-        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y)``: (B,S) each."""
+        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y)``: (B,S) each
+        (``scale_Y`` in the scales' dtype, as in `classify`)."""
         head = self.regression_head
         loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         scale_Y = scale_Y.squeeze(-1)  # (B,S)

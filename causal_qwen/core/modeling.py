@@ -31,7 +31,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .cauchy import linear_transform, ovr_probability
-from .decisions import decision_scores
+from .decisions import decision_scores, individual_number
 from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbedding, OvrThresholds
@@ -48,7 +48,7 @@ class CausalQwenOutput(ModelOutput):
     logits: (B,S',V) equal to ``loc_S`` (HF convention); S' = S or the kept positions. With ``decision="standard"``
     or ``"causal"``: the mode's decision scores (`decisions.decision_scores`), ``loc_S``/``scale_S`` not formed.
     loc_S, scale_S: (B,S',V) OvR decision scores; loc_Y, scale_Y: (B,S') number regression.
-    individual_Y: (B,S') with an individual (causal decision): its number ``W_reg u + b_reg``.
+    individual_Y: (B,S') with an individual (causal decision): the number it writes (`decisions.individual_number`).
     loc_U, scale_U: (B,S',C) individual representation; features: (B,S',H) the backbone's last hidden state ``z``.
     """
 
@@ -100,9 +100,20 @@ def _belongs_to_causal_modules(model: torch.nn.Module, module: torch.nn.Module) 
 
 
 class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
-    """Qwen2 backbone (``self.model``) + numeric embedding + abduction + action + OvR thresholds."""
+    """Qwen2 backbone (``self.model``) + numeric embedding + abduction + action + OvR thresholds.
+
+    Precision: the parts named in `FLOAT32_PARTS` stay float32 whatever the model's dtype (``from_pretrained(...,
+    dtype=torch.float16)``, ``model.to(torch.bfloat16)``, ``model.half()``): after the calibration at conversion
+    ``scale_U`` ≈ softplus(b_scale) and ``|b_noise|`` are ~1e-9 on real weights, below float16's smallest subnormal
+    (6e-8), and the thresholds sit within a few hundredths of the logits, finer than bfloat16 resolves. The heads
+    compute ``scale_U`` and every scale from them in float32 (`heads.AbductionNetwork`, `cauchy.linear_transform`).
+    """
 
     _tied_weights_keys = None
+    FLOAT32_PARTS = (
+        "abduction.scale_net", "action.b_noise", "action.token_noise", "action.number_noise", "ovr_thresholds",
+    )
+    _keep_in_fp32_modules_strict = list(FLOAT32_PARTS)  # from_pretrained(dtype=float16 or bfloat16) keeps them float32
 
     def __init__(self, config: CausalQwenConfig) -> None:
         super().__init__(config)
@@ -118,6 +129,25 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         self.post_init()
 
     # ---- Hugging Face plumbing -------------------------------------------------------------------------
+    def _apply(self, fn, recurse: bool = True):
+        """`torch.nn.Module._apply`, behind ``.to()``, ``.half()``, ``.bfloat16()``, ``.cuda()``: the tensors of
+        `FLOAT32_PARTS` (parameters, their gradients, buffers) move with the model but are never cast to a 16-bit
+        float; one that comes in as a 16-bit float is made float32."""
+        kept: set[int] = set()
+        for name, tensor in [*self.named_parameters(), *self.named_buffers()]:
+            if any(name == part or name.startswith(part + ".") for part in self.FLOAT32_PARTS):
+                kept.add(id(tensor))
+                if tensor.grad is not None:
+                    kept.add(id(tensor.grad))
+
+        def keep_float32(tensor: Tensor) -> Tensor:
+            moved = fn(tensor)
+            if id(tensor) in kept and moved.dtype in (torch.float16, torch.bfloat16):
+                return tensor.to(device=moved.device, dtype=torch.float32)
+            return moved
+
+        return super()._apply(keep_float32, recurse)
+
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.model.embed_tokens
 
@@ -208,7 +238,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``decision``: the logits to return at the kept positions, computing only what they read: ``"traditional"``
         ``loc_S`` alone, ``"standard"`` the OvR decision scores, ``"causal"`` the decision scores of the individual
         ``u = loc_U + τ·scale_U ⊙ c`` with ``individual`` c (B,C) or (B,S',C), its standard-Cauchy coordinates, and
-        ``causal_temperature`` τ (`decisions.decision_scores`; its number in ``individual_Y``); None: ``loc_S`` and
+        ``causal_temperature`` τ (`decisions.decision_scores`; the number it writes in ``individual_Y``); None: ``loc_S`` and
         ``scale_S`` (the default).
         """
         if decision not in (None, "traditional", "standard", "causal"):
@@ -256,10 +286,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if not return_scores:
             return output
         if decision in ("standard", "causal"):
-            output.logits, u = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
-            if u is not None:
-                regression = self.action.regression_head
-                output.individual_Y = F.linear(u, regression.weight, regression.bias).squeeze(-1)  # (B,S')
+            output.logits, _ = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
+            if individual is not None:
+                output.individual_Y = individual_number(self.action, loc_U, scale_U, individual)  # (B,S')
         elif decision == "traditional":
             head = self.action.classification_head
             output.loc_S = output.logits = F.linear(loc_U, head.weight, head.bias)  # (B,S',V)
@@ -421,7 +450,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         numbers. ``seed`` draws ε, and in traditional mode seeds torch's global generators for the sampling (their
         states restored after); without one a seed is drawn from torch's global generator.
 
-        A generated ``<NUM>`` carries ``loc_Y`` (the individual's ``W_reg u + b_reg`` in causal mode) into the next
+        A generated ``<NUM>`` carries ``loc_Y`` (in causal mode the individual's, `decisions.individual_number`) into the next
         step. With ``return_dict_in_generate=True`` the output also holds ``numeric_values`` (B, P+T),
         ``numeric_scales`` (B, P+T) (``scale_Y`` of each generated ``<NUM>``, NaN elsewhere) and, in causal mode,
         ``seed`` and (sequence scope) ``individual`` (B,C). A streamer with a ``follow`` method

@@ -24,7 +24,7 @@ Stages (each reports through the ``progress`` callable; the library itself only 
              mode, the causal individual ε replayed on every day;
 
 and writes ``OUT/report.json``. MdAE = median |y − ŷ| over the held-out days. `ACCEPTANCE` holds issue 11's
-figures (the same `benchmarks/numbers.py` applies to its three tables).
+figures (the same `benchmarks/number_tables.py` applies to its three tables).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def __getattr__(name: str) -> Any:
 # (a diagnostic of the interval's shape; the acceptance below accepts a Cauchy's over-coverage at 90%).
 COVERAGE_BANDS = {0.5: (0.40, 0.60), 0.9: (0.80, 0.97)}
 
-# Issue 11's acceptance, the same as benchmarks/numbers.py applies to each of its tables: the point prediction
+# Issue 11's acceptance, the same as benchmarks/number_tables.py applies to each of its tables: the point prediction
 # as good as the simple models, a calibrated 50% interval, a 90% interval that covers at least 80%, and a
 # per-day scale that carries information (a better log score than one scale for every day, and wider intervals
 # where the errors are larger).
@@ -100,7 +100,10 @@ class DemoSettings:
     """What the demo runs: the training settings of ``config`` (`DEMO_CONFIG` by default), with the demo's own
     options. ``quick``: a smoke run (a few steps, small evaluation subsets, the conversion compared with its base
     on the three short prompts only; figures meaningless); ``max_steps`` and ``seed`` override the config's (a
-    shorter run scales warm-up, logging and evaluation with it)."""
+    shorter run scales warm-up, logging and evaluation with it). ``device``, ``dtype``: where every stage runs and
+    the dtype of the trained model in evaluation and generation (`resolve_device_and_dtype`; None: the automatic
+    choice); conversion and training keep float32 weights, training with bfloat16 autocast when ``dtype`` is
+    bfloat16 on a CUDA GPU."""
 
     out: Path = Path("demo_output")
     quick: bool = False
@@ -109,6 +112,8 @@ class DemoSettings:
     max_steps: int | None = None
     language_documents: int | None = None
     generation_tokens: int | None = None
+    device: Any = None
+    dtype: Any = None
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -123,6 +128,9 @@ class DemoSettings:
             self.generation_tokens = 3
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
+        from ..conversion.loading import resolve_device_and_dtype
+
+        self.device, self.dtype = resolve_device_and_dtype(self.device, self.dtype)
 
     # The parts of the config the stages use.
     @property
@@ -160,7 +168,8 @@ class DemoSettings:
         for key in ("model", "output_dir"):
             values.pop(key)
         values.update(seed=self.seed, max_steps=self.max_steps, save_steps=0, report_to=[], progress_bar=False,
-                      overwrite_output_dir=True)
+                      overwrite_output_dir=True, use_cpu=self.device.type == "cpu",
+                      bf16=self.device.type == "cuda" and self.dtype == torch.bfloat16)
         if self.max_steps != self.training.max_steps:  # --steps / --quick: the schedule scales with the run
             values.update(warmup_steps=min(10, max(0, self.max_steps // 10)),
                           logging_steps=max(1, min(10, self.max_steps // 4)), eval_steps=max(1, self.max_steps // 3))
@@ -369,13 +378,13 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 
-    model, tokenizer = convert_base(settings.base)
+    model, tokenizer = convert_base(settings.base, device=settings.device)  # float32: training starts from it
     converted = out / "converted"
     model.save_pretrained(converted)
     tokenizer.save_pretrained(converted)
     progress(f"      {sum(p.numel() for p in model.parameters()):,} parameters, saved to {converted}")
     progress("[2/7] verify the conversion against the base")
-    qwen = load_qwen_base(settings.base)
+    qwen = load_qwen_base(settings.base).to(settings.device)
     # --quick: the three short prompts only (the held-out documentation's positions take most of the seconds)
     report = compare_models(qwen, model, tokenizer, base_name=settings.base,
                             held_out_topics=0 if settings.quick else HELD_OUT_TOPICS)
@@ -556,13 +565,14 @@ def _generate(model, tokenizer, prompts: list[str], **options) -> list:
 
 @torch.no_grad()
 def individual_number(model, tokenizer, prompt: str, epsilon: Tensor) -> float:
-    """The number an individual ε would give right after ``prompt``: ``u = loc_U + scale_U ⊙ τ·tan(π(ε − ½))`` at the
-    last position (τ: ``config.causal_temperature``), then ``W_reg u + b_reg`` (docs/design.md, "Decision rules")."""
+    """The number an individual ε would give right after ``prompt``: the model's predictive Cauchy at the last position,
+    at the individual's quantile (`decisions.individual_number`)."""
     from ..core.decisions import cauchy_coordinates
 
+    device = model.model.embed_tokens.weight.device
     encoded = tokenizer([prompt], return_tensors="pt")
-    out = model(input_ids=encoded["input_ids"], numeric_values=encoded["numeric_values"], logits_to_keep=1,
-                decision="causal", individual=cauchy_coordinates(epsilon.reshape(1, -1)),
+    out = model(input_ids=encoded["input_ids"].to(device), numeric_values=encoded["numeric_values"].to(device),
+                logits_to_keep=1, decision="causal", individual=cauchy_coordinates(epsilon.reshape(1, -1)).to(device),
                 causal_temperature=model.config.causal_temperature)
     return float(out.individual_Y[0, -1])
 
@@ -580,7 +590,7 @@ def _generation_record(result) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------
 def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict[str, Any]:
     """Run every stage, write ``report.json`` and the PNGs into ``settings.out``; return the report."""
-    from ..core.modeling import CausalQwenForCausalLM
+    from ..conversion.loading import load_causal_model
     from ..core.tokenizer import NumericTokenizer
 
     from ..training.data import template_fields
@@ -615,7 +625,7 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
 
     progress(f"[4/7] evaluate on the {len(held_out_rows)} held-out days")
     begin = time.perf_counter()
-    model = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
+    model = load_causal_model(result.final_dir, device=settings.device, dtype=settings.dtype).eval()
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
     documents = held_out_documents(settings)
     true_values = torch.tensor([float(row[settings.target]) for row in held_out_rows], dtype=torch.float64)

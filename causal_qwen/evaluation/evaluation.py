@@ -72,6 +72,7 @@ from torch import Tensor
 
 from ..core import cauchy, losses
 from ..core.decisions import constant_scale
+from ..progress import bar as progress_bar
 from .row_blocks import row_blocks
 
 logger = logging.getLogger(__name__)
@@ -745,9 +746,11 @@ def evaluate_documents(
     examples = tokenize_documents(documents, tokenizer, max_length=max_length, add_eos=add_eos)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else tokenizer.eos_token_id
     collator = NumericCollator(pad_token_id=pad_id, padding_side="right")
-    evaluation = evaluate_batches(
-        model, iterate_batches(examples, collator, batch_size), keep_individuals=keep_individuals, language=language
-    )
+    with progress_bar(total=len(examples), desc="eval: documents", unit="doc") as bar:
+        evaluation = evaluate_batches(
+            model, iterate_batches(examples, collator, batch_size), keep_individuals=keep_individuals,
+            language=language, progress=lambda index: bar.update(min(batch_size, len(examples) - index * batch_size)),
+        )
     evaluation.target = TargetNumbers.from_documents(documents, target)
     if bits and language:
         evaluation.bits = text_bits(model, tokenizer, [doc.text for doc in documents], batch_size=batch_size)
@@ -878,7 +881,8 @@ def _check_texts(texts) -> list[str]:
 
 @torch.no_grad()
 def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch_size: int = 8) -> TextBits:
-    """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`."""
+    """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`. A progress bar on
+    stderr (`causal_qwen.progress`) counts the texts."""
     from ..core.numbers import find_numbers
 
     if token_probability not in TOKEN_PROBABILITIES:
@@ -895,43 +899,45 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
             lone = torch.tensor([[context]], device=device)  # (1,1)
             alone = model(input_ids=lone, numeric_values=torch.zeros(1, 1, device=device), return_scores=False)
             start_state = {name: getattr(alone, name) for name in ("loc_U", "scale_U", "loc_Y", "scale_Y")}
-            for start in range(0, len(texts), batch_size):
-                batch = texts[start : start + batch_size]
-                encoded = tokenizer(batch, padding=True, padding_side="right")
-                ids = encoded["input_ids"].to(device)  # (B,S)
-                values = encoded["numeric_values"].to(device)  # (B,S)
-                keep = encoded["attention_mask"].to(device).bool()  # (B,S)
-                out = model(input_ids=ids, numeric_values=values, attention_mask=keep.long(), return_scores=False)
-                # the prediction for token j: position j-1 of the text, and the start's for j = 0
-                loc_U, scale_U, loc_Y, scale_Y = (_after_start(start_state[name], getattr(out, name))
-                                                  for name in ("loc_U", "scale_U", "loc_Y", "scale_Y"))
-                rows, cols = keep.nonzero(as_tuple=True)  # (N,), (N,)
-                token_ids = ids[rows, cols]  # (N,)
-                log_p = _token_log_probs(model, loc_U[rows, cols], scale_U[rows, cols], token_ids,
-                                         token_probability)  # (N,) natural log
-                is_number = token_ids == num_id  # (N,)
-                half_units = []
-                for text in batch:
-                    half_units += [0.5 * span.unit for span in tokenizer.find_numbers(text)]
-                if len(half_units) != int(is_number.sum()):
-                    raise RuntimeError("the <NUM> tokens do not match the numbers found in the texts")
-                v = values[rows, cols][is_number].double()  # (M,)
-                h = torch.tensor(half_units, dtype=torch.float64, device=device)  # (M,)
-                loc = loc_Y[rows, cols][is_number].double()
-                scale = scale_Y[rows, cols][is_number].double()
-                number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
-                nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
-                totals.bits += nats / math.log(2)
-                totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)
-                totals.value_bits_best_scale += -float(best_scale_interval_log_mass(v - loc, h).sum()) / math.log(2)
-                number_rows = rows[is_number]  # (M,) the text of each number, in the order written
-                for row in range(len(batch)):
-                    totals.add_numbers((-number_log_p[number_rows == row] / math.log(2)).tolist())
-                totals.tokens += int(token_ids.numel())
-                totals.texts += len(batch)
-                for text in batch:
-                    totals.bytes += len(text.encode("utf-8"))
-                    totals.number_bytes += sum(len(span.text.encode("utf-8")) for span in find_numbers(text))
+            with progress_bar(total=len(texts), desc="eval: bits per byte", unit="doc") as bar:
+                for start in range(0, len(texts), batch_size):
+                    batch = texts[start : start + batch_size]
+                    encoded = tokenizer(batch, padding=True, padding_side="right")
+                    ids = encoded["input_ids"].to(device)  # (B,S)
+                    values = encoded["numeric_values"].to(device)  # (B,S)
+                    keep = encoded["attention_mask"].to(device).bool()  # (B,S)
+                    out = model(input_ids=ids, numeric_values=values, attention_mask=keep.long(), return_scores=False)
+                    # the prediction for token j: position j-1 of the text, and the start's for j = 0
+                    loc_U, scale_U, loc_Y, scale_Y = (_after_start(start_state[name], getattr(out, name))
+                                                      for name in ("loc_U", "scale_U", "loc_Y", "scale_Y"))
+                    rows, cols = keep.nonzero(as_tuple=True)  # (N,), (N,)
+                    token_ids = ids[rows, cols]  # (N,)
+                    log_p = _token_log_probs(model, loc_U[rows, cols], scale_U[rows, cols], token_ids,
+                                             token_probability)  # (N,) natural log
+                    is_number = token_ids == num_id  # (N,)
+                    half_units = []
+                    for text in batch:
+                        half_units += [0.5 * span.unit for span in tokenizer.find_numbers(text)]
+                    if len(half_units) != int(is_number.sum()):
+                        raise RuntimeError("the <NUM> tokens do not match the numbers found in the texts")
+                    v = values[rows, cols][is_number].double()  # (M,)
+                    h = torch.tensor(half_units, dtype=torch.float64, device=device)  # (M,)
+                    loc = loc_Y[rows, cols][is_number].double()
+                    scale = scale_Y[rows, cols][is_number].double()
+                    number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
+                    nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
+                    totals.bits += nats / math.log(2)
+                    totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)
+                    totals.value_bits_best_scale += -float(best_scale_interval_log_mass(v - loc, h).sum()) / math.log(2)
+                    number_rows = rows[is_number]  # (M,) the text of each number, in the order written
+                    for row in range(len(batch)):
+                        totals.add_numbers((-number_log_p[number_rows == row] / math.log(2)).tolist())
+                    totals.tokens += int(token_ids.numel())
+                    totals.texts += len(batch)
+                    for text in batch:
+                        totals.bytes += len(text.encode("utf-8"))
+                        totals.number_bytes += sum(len(span.text.encode("utf-8")) for span in find_numbers(text))
+                    bar.update(len(batch))
     finally:
         model.train(was_training)
     return totals

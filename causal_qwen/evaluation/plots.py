@@ -13,6 +13,8 @@ Shape legend: M numbers, P points of the individual space, C causal size, K next
   with the mean of ``scale_U`` over the C components.
 - `plot_training_curves`: losses and monitoring figures per step from ``metrics.jsonl`` records.
 - `plot_forecasts`: held-out true values against the Cauchy median with its 50%/90% bands, and baselines.
+- `plot_frontier`: diversity (distinct-2) against fluency (the base's perplexity, log scale) of causal mode at
+  several causal temperatures τ and of the base's sampling at several temperatures (``benchmarks/individual.py``).
 """
 
 from __future__ import annotations
@@ -354,4 +356,62 @@ def plot_forecasts(
     axis.set_title(title, fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=3, loc="upper left")
+    return _save(figure, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+FRONTIER_FAMILIES = {"causal": ("tau", "τ", MEDIAN_COLOR, "o"), "qwen": ("temperature", "T", "#ff7f0e", "s")}
+
+
+def plot_frontier(points: Sequence[Mapping[str, Any]], path: str | Path, calibrated_tau: float | None = None,
+                  title: str = "Diversity against fluency: causal mode (τ) and Qwen's sampling (temperature)") -> Path:
+    """Distinct-2 (y) against perplexity (x, log scale) of each point, one line per family, labelled with its τ or
+    temperature; the point whose τ is ``calibrated_tau`` is ringed.
+
+    points: records ``{"family": "causal", "tau": τ, ...}`` or ``{"family": "qwen", "temperature": T, ...}``, each
+    with ``"distinct2"`` and ``"fluency"`` (the perplexity, > 0); the ``frontier`` list of ``benchmarks/individual.py``.
+    """
+    if not points:
+        raise ValueError("the frontier has no points to plot")
+    series: dict[str, list[tuple[float, float, float]]] = {family: [] for family in FRONTIER_FAMILIES}
+    for index, point in enumerate(points):
+        family = point.get("family")
+        if family not in FRONTIER_FAMILIES:
+            raise ValueError(f"frontier point {index}: family must be one of {sorted(FRONTIER_FAMILIES)}, "
+                             f"got {family!r}")
+        key = FRONTIER_FAMILIES[family][0]
+        try:
+            setting, diversity, fluency = float(point[key]), float(point["distinct2"]), float(point["fluency"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"frontier point {index} ({family}) needs numbers {key!r}, 'distinct2' and 'fluency': "
+                             f"{error}") from error
+        if not (math.isfinite(fluency) and fluency > 0 and math.isfinite(diversity)):
+            raise ValueError(f"frontier point {index} ({family}): the perplexity must be positive and finite and "
+                             f"distinct-2 finite, got {fluency} and {diversity}")
+        series[family].append((setting, fluency, diversity))
+    figure = _figure(7.5, 5.2)
+    axis = figure.subplots()
+    for family, rows in series.items():
+        if not rows:
+            continue
+        _, symbol, color, marker = FRONTIER_FAMILIES[family]
+        rows.sort()
+        _, xs, ys = zip(*rows)
+        name = "CausalQwen causal mode" if family == "causal" else "Qwen sampling"
+        axis.plot(xs, ys, marker=marker, color=color, lw=1.3, ms=6, label=f"{name} ({symbol})")
+        for setting, x, y in rows:
+            axis.annotate(f"{symbol}={setting:.3g}", (x, y), textcoords="offset points", fontsize=8, color=color,
+                          xytext=(5, 5) if family == "causal" else (5, -12))
+    if calibrated_tau is not None:
+        chosen = [(x, y) for setting, x, y in series["causal"] if math.isclose(setting, calibrated_tau, rel_tol=1e-6)]
+        if chosen:
+            x, y = chosen[0]
+            axis.plot([x], [y], marker="o", ms=15, mfc="none", mec=TRUE_COLOR, mew=2, ls="none",
+                      label=f"calibrated τ = {calibrated_tau:.3g}")
+    axis.set_xscale("log")
+    axis.set_xlabel("perplexity of the continuations under Qwen (lower: more fluent)")
+    axis.set_ylabel("distinct-2 (higher: more diverse)")
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
     return _save(figure, path)

@@ -136,7 +136,7 @@ def decision_stats(
     target_ids = targets.token_ids[picked]  # (K,)
     action = causal_model.action
     head = action.classification_head
-    loc_S, scale_S = action.classify(loc.to(head.weight.dtype), scale.to(head.weight.dtype))  # (K,V) each
+    loc_S, scale_S = action.classify(loc.to(head.weight.dtype), scale)  # (K,V) each; the scales stay float32
     threshold = causal_model.ovr_thresholds().float()
     z = cauchy.decision_score(loc_S, scale_S, threshold)  # (K,V); argmax z == argmax P_k (standard decision)
     accuracy = (z.argmax(-1) == target_ids).float().mean()

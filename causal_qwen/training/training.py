@@ -365,8 +365,11 @@ def training_arguments(config: TrainConfig, has_validation: bool) -> TrainingArg
     """`TrainingArguments` for ``config`` (the model-specific parts live in `CausalQwenTrainer`)."""
     evaluate = has_validation and config.eval_steps > 0
     bf16 = config.bf16
-    if bf16 == "auto":
-        bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported() and not config.use_cpu)
+    if bf16 == "auto":  # the commands' automatic choice (`resolve_device_and_dtype`), as autocast on a CUDA GPU
+        from ..conversion.loading import resolve_device_and_dtype
+
+        device, dtype = resolve_device_and_dtype("cpu" if config.use_cpu else None, None)
+        bf16 = device.type == "cuda" and dtype == torch.bfloat16
     several_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1
     # Without a GPU, Accelerate forms a DDP group (and allows bf16 autocast) only when told to use the CPU.
     use_cpu = config.use_cpu or ((several_processes or bf16) and not torch.cuda.is_available())

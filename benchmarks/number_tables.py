@@ -1,6 +1,6 @@
 """Numbers with uncertainty that means something: CausalQwen against strong baselines on three real tables.
 
-    python benchmarks/numbers.py [--json] [--quick] [--tables NAME,...] [--set [TABLE:]KEY=VALUE ...]
+    python benchmarks/number_tables.py [--json] [--quick] [--tables NAME,...] [--set [TABLE:]KEY=VALUE ...]
                                  [--real-base PATH.gguf [--real-set KEY=VALUE ...]] [--workdir DIR]
 
 Tables (from the ``vega-datasets`` package, read from its local files), each row one sentence whose *last*
@@ -39,14 +39,6 @@ keys, e.g. ``learning_rate=1e-4``); ``--tables ''`` runs the real-weight part al
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the standard library's
-# `numbers` (which numpy and torch import): take the folder off the path before anything else is imported.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import contextlib
 import io
@@ -56,6 +48,7 @@ import math
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -73,7 +66,7 @@ from causal_qwen.evaluation import baselines  # noqa: E402
 from causal_qwen.evaluation.demo import DEMO_TEMPLATE, read_table  # noqa: E402
 from causal_qwen.training.monitoring import ProgressLines  # noqa: E402
 
-logger = logging.getLogger("benchmarks.numbers")
+logger = logging.getLogger("benchmarks.number_tables")
 
 TABLE_NAMES = ("seattle-weather", "cars", "barley")
 MODEL_NAMES = ("causal_qwen", "median", "least_squares", "gradient_boosting", "cauchy_homoscedastic")
@@ -655,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     # The stream is bound here: the training runs redirect sys.stdout while they print their step lines.
     stream = sys.stderr if args.json else sys.stdout
     progress = lambda message: print(message, file=stream, flush=True)  # noqa: E731
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="numbers-benchmark-"))
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="number-tables-"))
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     result: dict[str, Any] = {"tables": {}, "settings": {}, "quick": args.quick}
