@@ -41,7 +41,7 @@ from causal_qwen.core import cauchy  # noqa: E402
 from causal_qwen.core.fused_ovr import fused_ovr_loss, reference_ovr_loss  # noqa: E402
 from causal_qwen.core.decisions import decision_scores  # noqa: E402
 from causal_qwen.core.generation import MODES, SCOPES, generate_ids  # noqa: E402
-from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen import from_qwen  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NEW_TOKENS = 16
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else device, "base": args.base,
                     "torch": torch.__version__, "dtypes": {}}
     qwen_cpu = load_qwen_base(args.base).eval()
-    converted_cpu = CausalQwenForCausalLM.from_qwen(copy.deepcopy(qwen_cpu)).eval()  # converted (and calibrated) once
+    converted_cpu = from_qwen(copy.deepcopy(qwen_cpu)).eval()  # converted (and calibrated) once
     for dtype_name, dtype in DTYPES.items():
         model = copy.deepcopy(converted_cpu).to(device=device, dtype=dtype)
         ids, mask, values = left_padded_prompts(model, device)

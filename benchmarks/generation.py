@@ -45,7 +45,7 @@ import torch  # noqa: E402
 from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
-from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen import from_qwen  # noqa: E402
 
 PROMPT_TOKENS = 64
 NEW_TOKENS = 64
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.quick else args.repeats
     new_tokens = 16 if args.quick else NEW_TOKENS
     qwen = load_qwen_base(args.base).eval()
-    model = CausalQwenForCausalLM.from_qwen(qwen).eval()  # shares qwen.model
+    model = from_qwen(qwen).eval()  # shares qwen.model
     vocab = qwen.config.vocab_size
     prompts = {batch: make_prompts(batch, PROMPT_TOKENS, vocab) for batch in BATCH_SIZES}
 

@@ -78,7 +78,7 @@ from causal_qwen.conversion.causal_temperature import choice_cross_entropy  # no
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
 from causal_qwen.conversion.loading import load_tokenizer_for_base  # noqa: E402
 from causal_qwen.core.generation import generate_ids  # noqa: E402
-from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
+from causal_qwen import from_qwen  # noqa: E402
 
 
 def _real_weights():
@@ -421,7 +421,7 @@ def run(base: str, sizes: dict) -> dict:
     plain = tokenizer.tokenizer if presets.is_preset(base) else real_weights.plain_tokenizer(base)
     real_weights.PLAIN["tokenizer"] = plain  # real_weights._plain_ids writes numbers with it
     qwen = load_qwen_base(base).eval()
-    model = CausalQwenForCausalLM.from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id).eval()
+    model = from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id).eval()
     tau = float(model.config.causal_temperature)
     if not tau > 0:
         raise ValueError(f"the calibrated causal temperature is {tau}: no range of τ around it for the frontier")

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import torch
+from causal_qwen import from_qwen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -226,9 +227,8 @@ def worker_step(kind: str, tokens: int, repeats: int, base: str = STEP_BASE) -> 
 
     base = build_preset(base)
     if kind == "causal_qwen":
-        from causal_qwen.core.modeling import CausalQwenForCausalLM
 
-        model = CausalQwenForCausalLM.from_qwen(base, ovr_loss_implementation="fused", ovr_calibration="none")
+        model = from_qwen(base, ovr_loss_implementation="fused", ovr_calibration="none")
         del base
     else:
         model = base

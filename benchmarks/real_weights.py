@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from causal_qwen.conversion import calibration  # noqa: E402
 from causal_qwen.conversion.conversion import load_qwen_base  # noqa: E402
 from causal_qwen.core.generation import generate_ids  # noqa: E402
-from causal_qwen.core.modeling import CausalQwenForCausalLM  # noqa: E402
 from causal_qwen.evaluation.evaluation import token_totals  # noqa: E402
+from causal_qwen import from_qwen  # noqa: E402
 
 GENERATION_PROMPTS = (
     "The capital of France is",
@@ -276,13 +276,13 @@ def main(argv=None) -> int:
     qwen = load_qwen_base(args.base)
     windows = held_out_windows(tokenizer, 128 if args.quick else HELD_OUT_POSITIONS)
     started = time.perf_counter()
-    model = CausalQwenForCausalLM.from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id)
+    model = from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id)
     calibration_seconds = time.perf_counter() - started
     log(f"[real_weights] calibrated conversion in {calibration_seconds:.0f} s")
     result = setting_figures(qwen, model, tokenizer, windows, args.quick)
     result["calibration_seconds"] = calibration_seconds
     log("[real_weights] default:", json.dumps(result))
-    seed_model = CausalQwenForCausalLM.from_qwen(qwen, ovr_calibration="none", num_token_id=tokenizer.num_token_id)
+    seed_model = from_qwen(qwen, ovr_calibration="none", num_token_id=tokenizer.num_token_id)
     result["seed_setting"] = setting_figures(qwen, seed_model, tokenizer, windows, args.quick)
     log("[real_weights] seed setting:", json.dumps(result["seed_setting"]))
     if not args.skip_finetune:

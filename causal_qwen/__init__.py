@@ -32,6 +32,7 @@ _EXPORTS = {
     "CausalQwenForCausalLM": "core.modeling",
     "CausalQwenOutput": "core.modeling",
     "NumericTokenizer": "core.tokenizer",
+    "from_qwen": "conversion.conversion",
 }
 
 __all__ = [*_EXPORTS, "register_auto_classes", "__version__"]

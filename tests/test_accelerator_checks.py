@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.core import decisions, generation, modeling
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "accelerator.py"
 
@@ -30,7 +30,7 @@ def checks():
 
 @pytest.fixture(scope="module")
 def bf16_model():
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(tied=False), num_token_id=SMALL_NUM_ID, ovr_threshold=1.0)
+    model = from_qwen(small_qwen(tied=False), num_token_id=SMALL_NUM_ID, ovr_threshold=1.0)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():  # a non-constant scale, noise and per-token bias: the decisions depend on every term
         scale_weight = model.abduction.scale_net.weight

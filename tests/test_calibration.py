@@ -10,9 +10,9 @@ import torch
 
 from causal_qwen.conversion import calibration
 from causal_qwen.core import cauchy
-from causal_qwen.core.modeling import CausalQwenForCausalLM
 
 from .conftest import SMALL_NUM_ID, byte_level_tokenizer, small_qwen
+from causal_qwen import from_qwen
 
 
 def test_row_dependent_scales_can_overturn_the_greedy_token_and_the_shared_token_noise_cannot():
@@ -70,7 +70,7 @@ def test_ovr_figures_equal_the_definition():
 def test_calibrated_conversion_is_exact_deterministic_and_sparse(kind, monkeypatch):
     def convert():
         monkeypatch.setattr(calibration, "_MEMO", {})  # each conversion calibrates anew
-        return CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_threshold_kind=kind,
+        return from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_threshold_kind=kind,
                                                calibration_positions=256)
 
     model, again = convert(), convert()
@@ -149,7 +149,7 @@ def test_a_base_object_is_calibrated_once_per_weights_and_tokenizer(monkeypatch)
     monkeypatch.setattr(calibration, "_fit", lambda *args: fits.append(1) or fit(*args))
 
     def convert(base, **overrides):
-        return CausalQwenForCausalLM.from_qwen(base, num_token_id=SMALL_NUM_ID, calibration_positions=256, **overrides)
+        return from_qwen(base, num_token_id=SMALL_NUM_ID, calibration_positions=256, **overrides)
 
     first = convert(small_qwen())
     again = convert(small_qwen())

@@ -16,6 +16,7 @@ from causal_qwen.conversion import causal_temperature as ct
 from causal_qwen.core.cauchy import inverse_softplus
 from causal_qwen.core.configuration import CausalQwenConfig
 from causal_qwen.core.heads import AbductionNetwork, ActionNetwork, OvrThresholds
+from causal_qwen import from_qwen
 
 
 def hand_built(weight, bias, scale_U: float, b_noise=0.0, token_noise: float = 1.0, threshold: float = 0.0):
@@ -201,9 +202,7 @@ def test_a_config_file_with_a_bad_temperature_fails_to_load_and_an_old_one_loads
 
 
 def test_conversion_stores_a_finite_positive_temperature_that_the_config_keeps(tmp_path):
-    from causal_qwen.core.modeling import CausalQwenForCausalLM
-
-    model = CausalQwenForCausalLM.from_qwen("random:tiny")
+    model = from_qwen("random:tiny")
     temperature = model.config.causal_temperature
     assert math.isfinite(temperature) and temperature > 0
     # τ is relative to the individual's tiny spread after the OvR calibration: about one logit at the median row
@@ -212,23 +211,19 @@ def test_conversion_stores_a_finite_positive_temperature_that_the_config_keeps(t
     assert 1e-3 < temperature * median_spread < 1e3
     model.config.save_pretrained(tmp_path)
     assert CausalQwenConfig.from_pretrained(tmp_path).causal_temperature == temperature
-    again = CausalQwenForCausalLM.from_qwen("random:tiny")  # the memoised calibration carries τ too
+    again = from_qwen("random:tiny")  # the memoised calibration carries τ too
     assert again.config.causal_temperature == temperature
 
 
 def test_conversion_without_calibration_keeps_the_literal_temperature():
-    from causal_qwen.core.modeling import CausalQwenForCausalLM
-
     from .conftest import SMALL_NUM_ID, small_qwen
 
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none")
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none")
     assert model.config.causal_temperature == 1.0
 
 
 def test_calibration_report_carries_the_temperature(monkeypatch):
     """`calibration.calibrate` fits τ after the OvR settings, on the calibration features, and reports it."""
-    from causal_qwen.core.modeling import CausalQwenForCausalLM
-
     from .conftest import SMALL_NUM_ID, small_qwen
 
     seen = []
@@ -240,7 +235,7 @@ def test_calibration_report_carries_the_temperature(monkeypatch):
 
     monkeypatch.setattr(calibration, "_MEMO", {})
     monkeypatch.setattr(calibration, "calibrate_causal_temperature", spy)
-    model = CausalQwenForCausalLM.from_qwen(
+    model = from_qwen(
         small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none"
     )  # uncalibrated; calibrate it by hand to see the report
     report = calibration.calibrate(model, positions=256)

@@ -12,12 +12,13 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from causal_qwen.cli import main
-from causal_qwen.conversion.compare import compare_models
+from causal_qwen.evaluation.compare import compare_models
 from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core.modeling import CausalQwenForCausalLM
 from causal_qwen.core.tokenizer import NumericTokenizer
 
 from .conftest import byte_level_tokenizer, small_qwen_config
+from causal_qwen import from_qwen
 
 
 def assert_conversion_passes(report: dict) -> None:
@@ -34,7 +35,7 @@ def assert_conversion_passes(report: dict) -> None:
 def tiny_pair():
     """random:tiny and its default (calibrated) conversion, built once: a conversion calibrates for many seconds.
     The tests only read them."""
-    return load_qwen_base("random:tiny"), CausalQwenForCausalLM.from_qwen("random:tiny")
+    return load_qwen_base("random:tiny"), from_qwen("random:tiny")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_compare_detects_a_broken_conversion():
     config.max_position_embeddings = 4096  # the held-out prompts run to about 1,200 bytes
     torch.manual_seed(0)
     qwen = Qwen2ForCausalLM(config).eval()
-    intact = CausalQwenForCausalLM.from_qwen(
+    intact = from_qwen(
         copy.deepcopy(qwen), num_token_id=tokenizer.num_token_id, ovr_calibration="none"
     )
     report = compare_models(qwen, intact, tokenizer)

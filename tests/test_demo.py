@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from causal_qwen.evaluation import demo
+from causal_qwen.evaluation import baselines, demo
 
 EXPECTED_PLOTS = {"training_curves.png", "number_densities.png", "calibration.png", "next_token.png",
                   "individual_space.png", "forecasts.png"}
@@ -98,7 +98,7 @@ def test_interval_shape_tells_width_from_shape():
 
 
 def test_date_fields_become_day_of_year_terms():
-    matrix, names = demo.design_matrix(rows([(0.0, "a", 1.0)]), ["date"])
+    matrix, names = baselines.design_matrix(rows([(0.0, "a", 1.0)]), ["date"])
     assert names == ["intercept", "sin(date day of year)", "cos(date day of year)"]
     angle = 2 * math.pi * 1 / 365.25
     assert matrix[0, 1].item() == pytest.approx(math.sin(angle)) and matrix[0, 2].item() == pytest.approx(math.cos(angle))
@@ -107,7 +107,7 @@ def test_date_fields_become_day_of_year_terms():
 def test_cauchy_scale_mle():
     generator = torch.Generator().manual_seed(0)
     draws = 2.5 * torch.tan(math.pi * (torch.rand(20000, generator=generator, dtype=torch.float64) - 0.5))
-    assert demo.cauchy_scale_mle(draws) == pytest.approx(2.5, rel=0.05)
+    assert baselines.cauchy_scale_mle(draws) == pytest.approx(2.5, rel=0.05)
 
 
 def test_target_number_index_and_split():

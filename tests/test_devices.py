@@ -1,6 +1,6 @@
 """Issue 30: devices and dtypes in every command, progress on every long step.
 
-The device and dtype come from one place (`loading.resolve_device_and_dtype`); the calibrated scales and thresholds
+The device and dtype come from one place (`devices.resolve_device_and_dtype`); the calibrated scales and thresholds
 stay float32 in a bfloat16 or float16 model (``model.to``, ``from_pretrained(dtype=)``), so its standard decisions are
 greedy decoding's in the same dtype and its causal individual still writes its own text; the commands take
 ``--device``/``--dtype`` (one-line errors) and show progress bars on stderr (``--progress``, ``--quiet``).
@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from causal_qwen import CausalQwenForCausalLM
-from causal_qwen.conversion.loading import resolve_device_and_dtype
+from causal_qwen.conversion.devices import resolve_device_and_dtype
 from causal_qwen.core.decisions import cauchy_coordinates, decision_scores, sample_individual
 from causal_qwen.core.text_generation import generate
+from causal_qwen import from_qwen
 
 PROMPTS = ["The capital of France is", "Once upon a time"]
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,7 +42,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    return CausalQwenForCausalLM.from_qwen("random:tiny")
+    return from_qwen("random:tiny")
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_small_scales_and_thresholds_stay_float32(tiny_model, models, saved):
     assert kept_dtypes(copy.deepcopy(tiny_model).half()) == {torch.float32}
     assert kept_dtypes(copy.deepcopy(tiny_model).double()) == {torch.float64}  # wider is allowed
     with pytest.raises(ValueError, match="runs on one device"):
-        CausalQwenForCausalLM.from_qwen("random:tiny", device_map="auto")
+        from_qwen("random:tiny", device_map="auto")
     scale_U = float(torch.nn.functional.softplus(tiny_model.abduction.scale_net.bias.detach()).mean())
     assert scale_U < 6e-8  # below float16's smallest subnormal: 0 if it were computed in float16
 

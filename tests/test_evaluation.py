@@ -13,6 +13,7 @@ from causal_qwen.evaluation import evaluation
 from causal_qwen.evaluation.evaluation import NumberPredictions, evaluate_batches, number_metrics
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 
 def hand_predictions() -> NumberPredictions:
@@ -115,7 +116,7 @@ def test_central_rank_matches_coverage():
 
 
 def small_causal(seed: int = 0) -> CausalQwenForCausalLM:
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(seed=seed), num_token_id=SMALL_NUM_ID)
+    model = from_qwen(small_qwen(seed=seed), num_token_id=SMALL_NUM_ID)
     with torch.no_grad():  # move away from the exact initialisation so OvR and softmax decisions differ
         generator = torch.Generator().manual_seed(1)
         model.abduction.scale_net.weight.copy_(torch.randn(model.abduction.scale_net.weight.shape, generator=generator))
@@ -175,7 +176,7 @@ def test_language_and_number_metrics_match_brute_force():
 def test_perplexity_equals_qwen_loss_at_initialisation():
     """Converted, untrained: eval's perplexity is exp of Qwen's own loss on the same (number-free) tokens."""
     qwen = small_qwen(seed=5)
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(seed=5), num_token_id=SMALL_NUM_ID)
+    model = from_qwen(small_qwen(seed=5), num_token_id=SMALL_NUM_ID)
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, SMALL_NUM_ID, (3, 12), generator=generator)
     attention_mask = torch.ones_like(input_ids)

@@ -19,13 +19,14 @@ from causal_qwen.core.numbers import format_prediction
 from causal_qwen.evaluation.predict import next_step_view, predict_next
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
 
 
 def convert(base, **overrides) -> CausalQwenForCausalLM:
     overrides.setdefault("num_token_id", SMALL_NUM_ID)
-    return CausalQwenForCausalLM.from_qwen(base, **overrides)
+    return from_qwen(base, **overrides)
 
 
 def ovr_argmax_reference(loc_S, scale_S, threshold) -> torch.Tensor:
@@ -91,7 +92,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    return CausalQwenForCausalLM.from_qwen("random:tiny")
+    return from_qwen("random:tiny")
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def test_greedy_parity_on_presets(preset, tokenizer, tiny_model):
     """The untied preset is converted without the OvR calibration, which never touches ``loc_S`` (traditional
     decoding reads only that): calibrating its head takes many seconds. The calibrated untied conversion's
     parity is checked by the compare command's run (test_compare), the calibrated tied one's here."""
-    model = tiny_model if preset == "random:tiny" else CausalQwenForCausalLM.from_qwen(preset, ovr_calibration="none")
+    model = tiny_model if preset == "random:tiny" else from_qwen(preset, ovr_calibration="none")
     parity = greedy_parity(load_qwen_base(preset), model, tokenizer, PROMPTS, max_new_tokens=32)
     assert parity["greedy_total_tokens"] == 2 * 3 * 32  # each prompt alone, then all three left padded
     assert parity["greedy_match_tokens"] == parity["greedy_total_tokens"]
@@ -339,7 +340,7 @@ def test_zero_causal_temperature_is_standard_mode(scope):
     causal = generate_ids(model, ids, mask, mode="causal", individual_scope=scope, causal_temperature=0.0, seed=1,
                           max_new_tokens=10, eos_token_id=[])
     assert torch.equal(causal.token_ids, standard.token_ids)
-    tiny = CausalQwenForCausalLM.from_qwen("random:tiny")  # calibrated: position-free scale, τ from the conversion
+    tiny = from_qwen("random:tiny")  # calibrated: position-free scale, τ from the conversion
     prompt = torch.randint(10, 150000, (2, 5), generator=torch.Generator().manual_seed(3))
     expected = generate_ids(tiny, prompt, mode="standard", max_new_tokens=6, eos_token_id=[])
     got = generate_ids(tiny, prompt, mode="causal", individual_scope=scope, causal_temperature=0, max_new_tokens=6,

@@ -1,7 +1,7 @@
 """The real ``.gguf`` code paths, offline: a tiny Qwen2 written with ``gguf.GGUFWriter`` the way llama.cpp's
 converter writes one (architecture ``qwen2``, F32 tensors under GGUF names, a byte-level BPE tokenizer with
 ``[PAD<id>]`` placeholders for the unused rows), then read back through transformers' GGUF loader by
-`load_qwen_base`, `CausalQwenForCausalLM.from_qwen` and the tokenizer loaders."""
+`load_qwen_base`, `from_qwen` and the tokenizer loaders."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from transformers import Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.conversion.conversion import load_qwen_base
 
 from .conftest import small_qwen_config
+from causal_qwen import from_qwen
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")  # transformers refuses GGUF files without it
@@ -163,7 +163,7 @@ def test_load_qwen_base_reads_the_gguf_exactly(tiny_gguf):
 @torch.no_grad()
 def test_from_qwen_converts_a_gguf_file(tiny_gguf):
     path, reference = tiny_gguf
-    model = CausalQwenForCausalLM.from_qwen(str(path), num_token_id=FIRST_PAD)
+    model = from_qwen(str(path), num_token_id=FIRST_PAD)
     assert model.config.num_token_id == FIRST_PAD
     assert model.config.vocab_size == VOCAB, "<NUM> takes the reserved slot: no new row"
     assert model.config.tie_word_embeddings is False
@@ -189,7 +189,7 @@ def test_load_qwen_base_dequantizes_a_q8_0_gguf(tmp_path):
     for name, tensor in reference.state_dict().items():
         expected = Q8_0.round_trip(tensor) if tensor.dim() == 2 else tensor
         assert torch.equal(state[name], expected), name
-    model = CausalQwenForCausalLM.from_qwen(path, num_token_id=FIRST_PAD)
+    model = from_qwen(path, num_token_id=FIRST_PAD)
     with torch.no_grad():
         loc_S = model(sample_ids()).loc_S
     assert (loc_S - loaded(sample_ids()).logits).abs().max() <= 1e-5
@@ -200,7 +200,7 @@ def test_load_qwen_base_dequantizes_a_q8_0_gguf(tmp_path):
 def test_from_qwen_default_slot_grows_a_small_gguf(tokenizer_gguf):
     """A vocabulary without Qwen2.5's slot 151665 gets one new row for <NUM> when no id is given."""
     path, reference = tokenizer_gguf, tiny_reference(tied=True)
-    model = CausalQwenForCausalLM.from_qwen(str(path))
+    model = from_qwen(str(path))
     assert model.config.num_token_id == VOCAB and model.config.vocab_size == VOCAB + 1
     ids = sample_ids()
     out = model(ids)
@@ -267,7 +267,7 @@ def test_gguf_model_and_tokenizer_together(tokenizer_gguf):
     from causal_qwen.conversion.loading import load_tokenizer_for_base
 
     tokenizer = load_tokenizer_for_base(tokenizer_gguf)
-    model = CausalQwenForCausalLM.from_qwen(tokenizer_gguf, num_token_id=tokenizer.num_token_id)
+    model = from_qwen(tokenizer_gguf, num_token_id=tokenizer.num_token_id)
     assert model.config.vocab_size == VOCAB
     encoded = tokenizer(["the cost is 12.5 in total"])
     out = model(encoded["input_ids"], numeric_values=encoded["numeric_values"])

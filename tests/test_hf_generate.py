@@ -11,6 +11,7 @@ import torch
 from causal_qwen import CausalQwenForCausalLM
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 MODES = ("standard", "causal", "traditional")
 
@@ -26,7 +27,7 @@ def one_thread():
 def perturbed_model(number_bias: float = 0.0, **overrides) -> CausalQwenForCausalLM:
     """A converted small model with a non-constant scale, noisy b_noise and a classification bias."""
     overrides.setdefault("num_token_id", SMALL_NUM_ID)
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), **overrides)
+    model = from_qwen(small_qwen(), **overrides)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         weight = model.abduction.scale_net.weight
@@ -141,7 +142,7 @@ def test_generate_refuses_what_it_cannot_do():
 
 def test_model_generate_on_the_tiny_preset():
     """The real vocabulary size (151,936 rows), the default (calibrated) conversion, a left-padded batch."""
-    model = CausalQwenForCausalLM.from_qwen("random:tiny")
+    model = from_qwen("random:tiny")
     generator = torch.Generator().manual_seed(2)
     ids = torch.randint(10, 150000, (2, 6), generator=generator)
     mask = torch.ones_like(ids)

@@ -14,11 +14,12 @@ import torch
 from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM
 
 from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
+from causal_qwen import from_qwen
 
 
 def convert(base=None, **overrides) -> CausalQwenForCausalLM:
     overrides.setdefault("num_token_id", SMALL_NUM_ID)
-    return CausalQwenForCausalLM.from_qwen(base if base is not None else small_qwen(tied=False), **overrides)
+    return from_qwen(base if base is not None else small_qwen(tied=False), **overrides)
 
 
 def random_ids(batch=2, length=9, seed=0, high=SMALL_NUM_ID):

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.core import losses
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 
 def transcribed_loss(out, model, labels, values, mask, alpha=0.0):
@@ -56,7 +56,7 @@ def batch_with_numbers(seed=0):
 
 @pytest.mark.parametrize("implementation", ["reference", "fused"])
 def test_loss_equals_transcription(implementation):
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_loss_implementation=implementation)
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_loss_implementation=implementation)
     with torch.no_grad():
         model.abduction.scale_net.weight.normal_(0, 0.05)
         model.action.regression_head.bias.fill_(3.0)
@@ -71,8 +71,8 @@ def test_loss_equals_transcription(implementation):
 
 def test_mean_reduction_divides_by_vocabulary():
     kwargs = dict(num_token_id=SMALL_NUM_ID, ovr_loss_implementation="reference")
-    summed = CausalQwenForCausalLM.from_qwen(small_qwen(), **kwargs)
-    meaned = CausalQwenForCausalLM.from_qwen(small_qwen(), ovr_reduction="mean", **kwargs)
+    summed = from_qwen(small_qwen(), **kwargs)
+    meaned = from_qwen(small_qwen(), ovr_reduction="mean", **kwargs)
     ids, values, mask, labels = batch_with_numbers()
     a = summed(ids, numeric_values=values, attention_mask=mask, labels=labels).cls_loss
     b = meaned(ids, numeric_values=values, attention_mask=mask, labels=labels).cls_loss
@@ -80,7 +80,7 @@ def test_mean_reduction_divides_by_vocabulary():
 
 
 def test_regression_gate_detached_by_default():
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_loss_implementation="reference")
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_loss_implementation="reference")
     ids, values, mask, labels = batch_with_numbers()
     out = model(ids, numeric_values=values, attention_mask=mask, labels=labels)
     grad = torch.autograd.grad(out.reg_loss, model.action.classification_head.bias, allow_unused=True)[0]
@@ -92,7 +92,7 @@ def test_regression_gate_detached_by_default():
 
 
 def test_gradcheck_through_head_and_loss_float64():
-    model = CausalQwenForCausalLM.from_qwen(
+    model = from_qwen(
         small_qwen(vocab_size=40, hidden_size=8), num_token_id=30, ovr_loss_implementation="reference",
         ovr_threshold=2.0, initial_scale=1.0,
     ).double()

@@ -11,11 +11,12 @@ from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core import cauchy
 
 from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
+from causal_qwen import from_qwen
 
 
 def convert(base, **overrides) -> CausalQwenForCausalLM:
     overrides.setdefault("num_token_id", SMALL_NUM_ID)
-    return CausalQwenForCausalLM.from_qwen(base, **overrides)
+    return from_qwen(base, **overrides)
 
 
 def random_ids(batch=2, length=10, seed=0):
@@ -185,7 +186,7 @@ def test_logits_to_keep_evaluates_heads_on_last_positions_only():
 def test_vocabulary_grows_by_one_row_without_reserved_slot(caplog):
     base = small_qwen()
     with caplog.at_level("WARNING"):
-        model = CausalQwenForCausalLM.from_qwen(base)
+        model = from_qwen(base)
     assert "grows by one row" in caplog.text
     assert model.config.num_token_id == SMALL_VOCAB and model.config.vocab_size == SMALL_VOCAB + 1
     assert model.model.embed_tokens.weight.shape[0] == SMALL_VOCAB + 1
@@ -259,7 +260,7 @@ class TestBaseLoading:
     def test_local_folder_round_trip(self, tmp_path):
         base = small_qwen(tied=False)
         base.save_pretrained(tmp_path)
-        model = CausalQwenForCausalLM.from_qwen(str(tmp_path), num_token_id=SMALL_NUM_ID)
+        model = from_qwen(str(tmp_path), num_token_id=SMALL_NUM_ID)
         ids = random_ids()
         with torch.no_grad():
             torch.testing.assert_close(model(ids).loc_S, base(ids).logits, rtol=0, atol=1e-5)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from causal_qwen.core.numbers import find_numbers, format_prediction
 from causal_qwen.core.tokenizer import NumericTokenizer
+from causal_qwen import from_qwen
 
 NUM_ID = 151665
 
@@ -38,9 +39,8 @@ def german() -> NumericTokenizer:
 @pytest.fixture(scope="module")
 def tiny_model():
     """The tiny random preset, converted without the OvR calibration (seconds instead of a quarter minute)."""
-    from causal_qwen import CausalQwenForCausalLM
 
-    return CausalQwenForCausalLM.from_qwen("random:tiny", ovr_calibration="none")
+    return from_qwen("random:tiny", ovr_calibration="none")
 
 
 def read(tokenizer: NumericTokenizer, text: str) -> tuple[list[tuple[float, str]], str, str]:
@@ -353,10 +353,9 @@ def _decimals(written: str) -> int:
 
 
 def test_generated_numbers_are_printed_to_their_scale(numeric):
-    from causal_qwen import CausalQwenForCausalLM
     from causal_qwen.core.text_generation import generate
 
-    model = CausalQwenForCausalLM.from_qwen("random:tiny", ovr_calibration="none")
+    model = from_qwen("random:tiny", ovr_calibration="none")
     with torch.no_grad():
         model.action.classification_head.bias[model.config.num_token_id] = 1e4  # every step writes a number
         model.action.regression_head.weight.mul_(1e-3)  # narrower predictions: a few decimals

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from causal_qwen import from_qwen
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_GGUF = Path(
@@ -23,12 +24,11 @@ POSITIONS = 256  # held-out general-text positions
 
 
 def test_regression_head_has_its_own_learning_rate():
-    from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.training.parameter_groups import optimizer_groups, parameter_group
 
     from .conftest import small_qwen
 
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=500, ovr_calibration="none")
+    model = from_qwen(small_qwen(), num_token_id=500, ovr_calibration="none")
     assert parameter_group("action.regression_head.weight") == "regression"
     assert parameter_group("base_model.model.action.modules_to_save.default.regression_head.bias") == "regression"
     assert parameter_group("action.classification_head.weight") == "heads"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from causal_qwen import from_qwen
 
 REAL_GGUF = Path(
     os.environ.get("CAUSAL_QWEN_REAL_GGUF", "/root/.cache/causal_qwen/real/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
@@ -32,11 +33,10 @@ def real():
     """(qwen, calibrated CausalQwen, numeric tokenizer) sharing the base's backbone."""
     from causal_qwen.conversion.conversion import load_qwen_base
     from causal_qwen.conversion.loading import load_tokenizer_for_base
-    from causal_qwen.core.modeling import CausalQwenForCausalLM
 
     tokenizer = load_tokenizer_for_base(str(REAL_GGUF))
     qwen = load_qwen_base(str(REAL_GGUF))
-    model = CausalQwenForCausalLM.from_qwen(
+    model = from_qwen(
         qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id, calibration_positions=CALIBRATION_POSITIONS
     )
     return qwen, model.eval(), tokenizer

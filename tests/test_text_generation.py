@@ -10,12 +10,12 @@ import threading
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM
 from causal_qwen.core.cauchy import decision_score
 from causal_qwen.core.generation import MODES, generate_ids
 from causal_qwen.core.text_generation import NumericTextStreamer, generate, generate_arguments
 
 from .conftest import SMALL_NUM_ID, small_qwen
+from causal_qwen import from_qwen
 
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
 
@@ -37,7 +37,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    return CausalQwenForCausalLM.from_qwen("random:tiny")
+    return from_qwen("random:tiny")
 
 
 def through_model_generate(model, tokenizer, prompts, callback=None, track_text=True, **options):
@@ -195,7 +195,7 @@ def test_bad_options_give_clear_errors(tiny_model, tokenizer):
 
 # ---- model.generate: seeds and the decision's cost -------------------------------------------------------------
 def test_a_seed_replays_the_samples_and_leaves_torch_generators_alone():
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID)
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID)
     ids = torch.randint(1, 400, (3, 7), generator=torch.Generator().manual_seed(1))
     options = dict(max_new_tokens=8, min_new_tokens=8, pad_token_id=0)  # both ban the model's end-of-sequence id
     ours = generate_ids(model, ids, mode="traditional", seed=7, temperature=0.9, **options)

@@ -27,6 +27,7 @@ from causal_qwen.training.train_config import TrainConfig
 from causal_qwen.training.training import run_training
 
 from .conftest import small_qwen
+from causal_qwen import from_qwen
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = "Day {day}: the value was {value} units."
@@ -50,7 +51,7 @@ def initial(assets) -> CausalQwenForCausalLM:
     """The default (calibrated) conversion of the base, which every run here starts from. Built once and only
     read: calibrating a 151,936-row head takes many seconds, and runs converting the same base file in this
     process reuse its calibration."""
-    return CausalQwenForCausalLM.from_qwen(str(assets / "base"))
+    return from_qwen(str(assets / "base"))
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +208,7 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     dataset, _ = build_datasets(run, tokenizer)
     batches = [NumericCollator(pad_token_id=tokenizer.pad_token_id)([dataset[i] for i in range(start, min(start + 4, len(dataset)))])
                for start in range(0, len(dataset), 4)]
-    reference = CausalQwenForCausalLM.from_qwen(str(assets / "base"), **model_config)  # the run's starting point
+    reference = from_qwen(str(assets / "base"), **model_config)  # the run's starting point
     positions = read_positions(reference.eval(), batches, token_positions=10**6)
     features, values = positions.number_features, positions.number_values
     assert len(values) == 2 * len(dataset)  # "day" and "value": two numbers per sentence

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from causal_qwen.training.warm_start import ridge_fit, warm_start_regression
+from causal_qwen import from_qwen
 
 
 def test_ridge_fit_recovers_a_linear_rule_and_shrinks_with_the_ridge():
@@ -22,14 +23,13 @@ def test_ridge_fit_recovers_a_linear_rule_and_shrinks_with_the_ridge():
 
 
 def test_bad_ridge_and_data_without_numbers():
-    from causal_qwen import CausalQwenForCausalLM
     from causal_qwen.training.collator import NumericCollator, TokenizedDataset
 
     from .conftest import SMALL_NUM_ID, small_qwen
 
     with pytest.raises(ValueError, match="ridge"):
         warm_start_regression(None, [], None, batch_size=1, ridge=0.0)
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none")
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none")
     before = model.action.regression_head.weight.clone()
     words = TokenizedDataset([{"input_ids": [5, 6, 7, 8], "numeric_values": [0.0] * 4}] * 3)
     assert warm_start_regression(model, words, NumericCollator(pad_token_id=0), batch_size=2) is None
@@ -89,13 +89,12 @@ def test_num_token_warm_start_fits_the_num_row_alone_and_the_softmax_follows_it(
     """After the start the model's own softmax over ``loc_S`` gives ``P(<NUM>) = σ(w·x + b − L)``: higher where a
     number follows than the converted row's, and every other row of the head (so every other token's ``loc_S``)
     unchanged."""
-    from causal_qwen import CausalQwenForCausalLM
     from causal_qwen.training.collator import NumericCollator, TokenizedDataset
     from causal_qwen.training.warm_start import warm_start
 
     from .conftest import SMALL_NUM_ID, small_qwen
 
-    model = CausalQwenForCausalLM.from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none").eval()
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none").eval()
     dataset = TokenizedDataset([{"input_ids": [5, 9, SMALL_NUM_ID, 7, 11, 9, SMALL_NUM_ID, 8],
                                  "numeric_values": [0.0, 0.0, v, 0.0, 0.0, 0.0, 2 * v, 0.0]}
                                 for v in (1.0, 3.0, 4.0, 10.0, -2.5, 0.5)])

@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import progress
-    from ..conversion.compare import compare_models, format_report
+    from ..evaluation.compare import compare_models, format_report
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 

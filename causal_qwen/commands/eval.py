@@ -76,7 +76,7 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
 def placement(args: argparse.Namespace):
     """``(torch.device, torch.dtype)`` of ``--device`` and ``--dtype`` (`resolve_device_and_dtype`): a
     ``ValueError`` for an unknown or unavailable one, before any work is done."""
-    from ..conversion.loading import resolve_device_and_dtype
+    from ..conversion.devices import resolve_device_and_dtype
 
     return resolve_device_and_dtype(args.device, args.dtype)
 

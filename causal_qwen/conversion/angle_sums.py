@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..evaluation.row_blocks import row_blocks, rows_per_block
+from ..core.row_blocks import row_blocks, rows_per_block
 
 EXACT_TOP = 256  # per position: the largest logits whose angles are computed exactly
 TAIL_GAP = 100.0  # the series needs every tail gap L − l_k ≥ TAIL_GAP·σ·(max r + |m|) ...

@@ -134,6 +134,16 @@ def causal_config_from(base_config, **overrides) -> CausalQwenConfig:
     return CausalQwenConfig(**fields)
 
 
+def from_qwen(base, **overrides) -> "CausalQwenForCausalLM":
+    """A `CausalQwenForCausalLM` converted from a Qwen2 base (a ``Qwen2ForCausalLM``, hub id, local folder, ``.gguf``
+    file or ``random:*`` preset) with the initialisation of docs/design.md ("Initialisation") and the calibration at
+    conversion. ``overrides`` set `CausalQwenConfig` fields (``seed`` among them); ``gguf_file=``, ``dtype=`` and
+    ``device_map=`` go to the loader; ``tokenizer=`` is the numeric tokenizer the calibration reads its text with."""
+    from ..core.modeling import CausalQwenForCausalLM
+
+    return convert_qwen(CausalQwenForCausalLM, base, **overrides)
+
+
 def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) -> "CausalQwenForCausalLM":
     """Build ``model_class`` from a Qwen2 base (see `load_qwen_base`) following docs/design.md ("Initialisation").
 
@@ -220,7 +230,7 @@ def _single_device(device_map) -> torch.device | None:
     if isinstance(device_map, int) and not isinstance(device_map, bool):
         return torch.device("cuda", device_map)
     if isinstance(device_map, (str, torch.device)) and str(device_map) not in ("auto", "balanced", "sequential"):
-        from .loading import resolve_device_and_dtype
+        from .devices import resolve_device_and_dtype
 
         return resolve_device_and_dtype(device_map, "float32")[0]
     raise ValueError(f"the conversion runs on one device: give device_map='cpu', 'cuda', 'cuda:N' or 'mps', "

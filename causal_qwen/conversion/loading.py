@@ -18,86 +18,9 @@ import os
 from pathlib import Path
 
 from . import presets
-from .conversion import check_qwen_folder
+from .conversion import check_qwen_folder, from_qwen
+from .devices import resolve_device_and_dtype
 from .hub import check_hub_id, looks_like_hub_id
-
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-DEVICE_TYPES = ("cpu", "cuda", "mps")
-
-
-def resolve_device_and_dtype(device=None, dtype=None):
-    """``(torch.device, torch.dtype)`` to run a model in.
-
-    device: ``None``/``"auto"`` (``cuda`` when available, else ``mps``, else ``cpu``), ``"cpu"``, ``"cuda"``,
-    ``"cuda:N"``, ``"mps"`` or a ``torch.device``; dtype: ``None``/``"auto"`` (``bfloat16`` on a GPU that supports
-    it, else ``float32``), one of `DTYPE_NAMES` (or ``fp32``/``bf16``/``fp16``/``half``) or a ``torch.dtype``.
-    ``ValueError`` names what is wrong: an unknown device or dtype, a device this machine does not have, bfloat16 on
-    a GPU without it.
-    """
-    import torch
-
-    device = _resolve_device(device)
-    if dtype is None or dtype == "auto":
-        return device, (torch.bfloat16 if _supports_bfloat16(device) else torch.float32)
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).removeprefix("torch.")
-    elif isinstance(dtype, str):
-        name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
-    else:
-        raise ValueError(f"dtype must be a name or a torch.dtype, got {type(dtype).__name__} {dtype!r}")
-    if name not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {str(dtype)!r}: use one of {', '.join(DTYPE_NAMES)} (or auto)")
-    chosen = getattr(torch, name)
-    if chosen == torch.bfloat16 and device.type != "cpu" and not _supports_bfloat16(device):
-        raise ValueError(f"device {str(device)!r} does not support bfloat16: use --dtype float16 or float32")
-    return device, chosen
-
-
-def _resolve_device(device):
-    import torch
-
-    if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        chosen = device if isinstance(device, torch.device) else torch.device(str(device).strip().lower())
-    except (RuntimeError, ValueError, TypeError):
-        chosen = None
-    if chosen is None or chosen.type not in DEVICE_TYPES:
-        raise ValueError(f"unknown device {str(device)!r}: use auto, cpu, cuda, cuda:N or mps")
-    if chosen.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            why = "this torch has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise ValueError(f"device {str(device)!r} is not available ({why}); use --device cpu")
-        if chosen.index is not None and chosen.index >= count:
-            raise ValueError(f"device {str(device)!r} is not available: {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
-    if chosen.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {str(device)!r} is not available (no Apple GPU, or a torch built without MPS); "
-                         "use --device cpu")
-    return chosen
-
-
-def _supports_bfloat16(device) -> bool:
-    """Whether ``device`` (a GPU) runs bfloat16 well: CUDA with native support (compute capability 8 and up), MPS
-    where bfloat16 tensors can be made (macOS 14 and up). The CPU is never chosen for it by default."""
-    import torch
-
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    if device.type == "mps":
-        try:
-            torch.ones(1, dtype=torch.bfloat16, device=device)
-        except (RuntimeError, TypeError):
-            return False
-        return True
-    return False
-
 
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
     """The `NumericTokenizer` of a base: the offline Qwen2.5 tokenizer for presets and model objects,
@@ -234,7 +157,6 @@ def convert_base(base, gguf_file: str | None = None, device=None, dtype=None, **
     tokenizer chose (its first reserved slot, or one new row), so model and tokenizer always agree. ``device``,
     ``dtype``: where and in what dtype the base is loaded, converted and calibrated (None: the CPU; the base's own
     dtype)."""
-    from ..core.modeling import CausalQwenForCausalLM
 
     tokenizer = load_tokenizer_for_base(base, gguf_file)
     overrides.setdefault("num_token_id", tokenizer.num_token_id)
@@ -242,5 +164,5 @@ def convert_base(base, gguf_file: str | None = None, device=None, dtype=None, **
         overrides["device_map"] = device
     if dtype is not None:
         overrides["dtype"] = dtype
-    model = CausalQwenForCausalLM.from_qwen(base, gguf_file=gguf_file, tokenizer=tokenizer, **overrides)
+    model = from_qwen(base, gguf_file=gguf_file, tokenizer=tokenizer, **overrides)
     return model, tokenizer

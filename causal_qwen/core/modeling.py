@@ -188,19 +188,6 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         self.model.vocab_size = self.config.vocab_size
         return embeddings
 
-    @classmethod
-    def from_qwen(cls, base, **overrides) -> "CausalQwenForCausalLM":
-        """Convert a Qwen2 base (a ``Qwen2ForCausalLM``, hub id, local folder, ``.gguf`` file or ``random:*``
-        preset) with the initialisation of docs/design.md ("Initialisation"). ``overrides`` set
-        `CausalQwenConfig` fields (``seed`` among them); ``gguf_file=`` and ``dtype=`` are passed to the loader."""
-        # An absolute import: a folder saved with its code (see the module docstring) carries the modules that
-        # load and run the model, not the conversion, which needs the installed package.
-        try:
-            from causal_qwen.conversion.conversion import convert_qwen
-        except ImportError as error:
-            raise ImportError("converting a Qwen base needs the causal_qwen package (pip install causal-qwen)") from error
-        return convert_qwen(cls, base, **overrides)
-
     # ---- forward -------------------------------------------------------------------------------------------
     def embed(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor:
         """``e = embed_tokens(ids) + phi(v)``: (B,S) → (B,S,H). ``phi(0) = 0`` keeps text positions exact."""

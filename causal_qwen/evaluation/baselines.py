@@ -30,7 +30,7 @@ The baselines, fitted on the training rows only:
                           [q05, q95]; its density (for the log score and the calibration table) is the Cauchy
                           whose quartiles are q25 and q75: Cauchy(q50, (q75 − q25)/2)
 
-The design matrix X is `causal_qwen.evaluation.demo.design_matrix` (an intercept, numeric fields as values, a date as
+The design matrix X is `design_matrix` (an intercept, numeric fields as values, a date as
 day-of-year sin/cos, other fields one-hot over their training levels).
 """
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Sequence
 
 import torch
@@ -149,29 +150,110 @@ def fit_median(train: Sequence[dict], held_out: Sequence[dict], target: str) -> 
                     f"Laplace(training median {median:.4g}, b = mean |y - median| = {b:.4g})")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Least squares on a design matrix
+# ---------------------------------------------------------------------------------------------------------
+def _day_of_year(text: str) -> int | None:
+    parts = str(text).replace("/", "-").split("-")
+    try:
+        return date(int(parts[0]), int(parts[1]), int(parts[2][:2])).timetuple().tm_yday
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass
+class LinearBaseline:
+    """Least squares ``ŷ = Xβ`` on the named fields (the design matrix (R, F) by `design_matrix`), with the Cauchy
+    maximum-likelihood scale and the root mean square of its training residuals."""
+
+    fields: list[str]
+    columns: list[str]
+    coefficients: list[float]
+    categories: dict[str, list[str]]
+    cauchy_scale: float
+    rms_residual: float
+
+    def predict(self, rows: list[dict[str, str]]) -> Tensor:
+        matrix, _ = design_matrix(rows, self.fields, self.categories)  # (R,F)
+        return matrix @ torch.tensor(self.coefficients, dtype=torch.float64)  # (R,)
+
+
+def design_matrix(
+    rows: list[dict[str, str]], fields: Sequence[str], categories: dict[str, list[str]] | None = None
+) -> tuple[Tensor, list[str]]:
+    """(R, F) float64 design matrix: an intercept; each numeric field as its value; a date field as
+    ``sin/cos(2π·doy/365.25)``; any other field one-hot over its training ``categories`` (first dropped)."""
+    columns: list[Tensor] = [torch.ones(len(rows), dtype=torch.float64)]
+    names = ["intercept"]
+    categories = {} if categories is None else categories
+    for name in fields:
+        values = [row[name] for row in rows]
+        numbers = [_as_float(v) for v in values]
+        days = [_day_of_year(v) for v in values]
+        if all(n is not None for n in numbers):
+            columns.append(torch.tensor(numbers, dtype=torch.float64))
+            names.append(name)
+        elif all(d is not None for d in days):
+            angle = 2 * math.pi * torch.tensor(days, dtype=torch.float64) / 365.25
+            columns += [torch.sin(angle), torch.cos(angle)]
+            names += [f"sin({name} day of year)", f"cos({name} day of year)"]
+        else:
+            levels = categories.setdefault(name, sorted(set(values)))
+            for level in levels[1:]:
+                columns.append(torch.tensor([float(v == level) for v in values], dtype=torch.float64))
+                names.append(f"{name}={level}")
+    return torch.stack(columns, dim=1), names
+
+
+def _as_float(value: str) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
+    """MLE of γ for ``r ~ Cauchy(0, γ)``: the root of ``mean((r² − γ²)/(r² + γ²)) = 0`` (bisection on log γ)."""
+    squared = residuals.double().pow(2)
+    low, high = math.log(1e-6), math.log(float(residuals.abs().max()) + 1.0)
+    for _ in range(iterations):
+        middle = 0.5 * (low + high)
+        gamma2 = math.exp(2 * middle)
+        if float(((squared - gamma2) / (squared + gamma2)).mean()) > 0:
+            low = middle
+        else:
+            high = middle
+    return math.exp(0.5 * (low + high))
+
+
+def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
+    """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
+    categories: dict[str, list[str]] = {}
+    matrix, names = design_matrix(train, fields, categories)  # (R,F)
+    y = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)  # (R,)
+    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
+    residuals = y - matrix @ beta
+    return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy_scale_mle(residuals),
+                          float(residuals.pow(2).mean().sqrt()))
+
+
 def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
                       family: str = "gaussian") -> Forecast:
     """Least squares on the design matrix of ``fields``; ``family`` ``"gaussian"`` (σ² = mean residual²)
-    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `demo.cauchy_scale_mle`)."""
-    from .demo import cauchy_scale_mle, design_matrix
-
+    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `cauchy_scale_mle`)."""
     if family not in ("gaussian", "cauchy"):
         raise ValueError(f"least squares family must be 'gaussian' or 'cauchy', got {family!r}")
     start = time.perf_counter()
-    categories: dict[str, list[str]] = {}
-    matrix, _ = design_matrix(list(train), fields, categories)  # (T,F)
-    y = _targets(train, target)  # (T,)
-    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
-    residuals = y - matrix @ beta  # (T,)
+    linear = fit_linear_baseline(list(train), fields, target)
     if family == "gaussian":
-        scale = float(residuals.pow(2).mean().sqrt())
+        scale = linear.rms_residual
         description = f"Gaussian(least squares, sigma = rms training residual = {scale:.4g})"
     else:
-        scale = cauchy_scale_mle(residuals)
+        scale = linear.cauchy_scale
         description = f"Cauchy(least squares, gamma = ML scale of the training residuals = {scale:.4g})"
     seconds = time.perf_counter() - start
-    held_matrix, _ = design_matrix(list(held_out), fields, categories)  # (R,F)
-    point = held_matrix @ beta  # (R,)
+    point = linear.predict(list(held_out))  # (R,)
     return Forecast(family, point, torch.full_like(point, max(scale, 1e-12)), {}, seconds, description)
 
 
@@ -182,8 +264,6 @@ def fit_gradient_boosting(train: Sequence[dict], held_out: Sequence[dict], field
         from sklearn.ensemble import HistGradientBoostingRegressor
     except ImportError as error:  # pragma: no cover - scikit-learn is in the test extra
         raise ValueError("the gradient-boosting baseline needs scikit-learn (pip install scikit-learn)") from error
-    from .demo import design_matrix
-
     start = time.perf_counter()
     categories: dict[str, list[str]] = {}
     matrix, _ = design_matrix(list(train), fields, categories)  # (T,F)

@@ -3,7 +3,7 @@
 Stages (each reports through the ``progress`` callable; the library itself only logs):
 
 1. convert   ``random:tiny`` (a 2-layer width-64 Qwen2 with the real 151,936-row vocabulary) to CausalQwen;
-2. verify    the conversion against its base (`causal_qwen.conversion.compare`, plus greedy generation parity);
+2. verify    the conversion against its base (`causal_qwen.evaluation.compare`, plus greedy generation parity);
 3. train     on Seattle's daily weather (vega-datasets ``seattle-weather.csv``): days before ``split_at``
              train, later days are held out; each row becomes the template (target number last). Every
              setting of this stage comes from ``examples/seattle_weather_demo.yaml`` (`DEMO_CONFIG`), the
@@ -33,16 +33,16 @@ import contextlib
 import csv
 import json
 import logging
-import math
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from . import baselines
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class DemoSettings:
             self.generation_tokens = 3
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
-        from ..conversion.loading import resolve_device_and_dtype
+        from ..conversion.devices import resolve_device_and_dtype
 
         self.device, self.dtype = resolve_device_and_dtype(self.device, self.dtype)
 
@@ -230,78 +230,6 @@ def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tupl
     return train, held_out
 
 
-def _day_of_year(text: str) -> int | None:
-    parts = str(text).replace("/", "-").split("-")
-    try:
-        return date(int(parts[0]), int(parts[1]), int(parts[2][:2])).timetuple().tm_yday
-    except (ValueError, IndexError):
-        return None
-
-
-@dataclass
-class LinearBaseline:
-    """Least squares ``ŷ = Xβ`` on the named fields; the design matrix (R, F) is built by `design_matrix`."""
-
-    fields: list[str]
-    columns: list[str]
-    coefficients: list[float]
-    categories: dict[str, list[str]]
-    cauchy_scale: float
-
-    def predict(self, rows: list[dict[str, str]]) -> Tensor:
-        matrix, _ = design_matrix(rows, self.fields, self.categories)  # (R,F)
-        return matrix @ torch.tensor(self.coefficients, dtype=torch.float64)  # (R,)
-
-
-def design_matrix(
-    rows: list[dict[str, str]], fields: Sequence[str], categories: dict[str, list[str]] | None = None
-) -> tuple[Tensor, list[str]]:
-    """(R, F) float64 design matrix: an intercept; each numeric field as its value; a date field as
-    ``sin/cos(2π·doy/365.25)``; any other field one-hot over its training ``categories`` (first dropped)."""
-    columns: list[Tensor] = [torch.ones(len(rows), dtype=torch.float64)]
-    names = ["intercept"]
-    categories = {} if categories is None else categories
-    for name in fields:
-        values = [row[name] for row in rows]
-        numbers = [_as_float(v) for v in values]
-        days = [_day_of_year(v) for v in values]
-        if all(n is not None for n in numbers):
-            columns.append(torch.tensor(numbers, dtype=torch.float64))
-            names.append(name)
-        elif all(d is not None for d in days):
-            angle = 2 * math.pi * torch.tensor(days, dtype=torch.float64) / 365.25
-            columns += [torch.sin(angle), torch.cos(angle)]
-            names += [f"sin({name} day of year)", f"cos({name} day of year)"]
-        else:
-            levels = categories.setdefault(name, sorted(set(values)))
-            for level in levels[1:]:
-                columns.append(torch.tensor([float(v == level) for v in values], dtype=torch.float64))
-                names.append(f"{name}={level}")
-    return torch.stack(columns, dim=1), names
-
-
-def _as_float(value: str) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
-    """MLE of γ for ``r ~ Cauchy(0, γ)``: the root of ``mean((r² − γ²)/(r² + γ²)) = 0`` (bisection on log γ)."""
-    squared = residuals.double().pow(2)
-    low, high = math.log(1e-6), math.log(float(residuals.abs().max()) + 1.0)
-    for _ in range(iterations):
-        middle = 0.5 * (low + high)
-        gamma2 = math.exp(2 * middle)
-        if float(((squared - gamma2) / (squared + gamma2)).mean()) > 0:
-            low = middle
-        else:
-            high = middle
-    return math.exp(0.5 * (low + high))
-
-
 def interval_shape(standardized_error: Tensor) -> dict[str, Any]:
     """Whether the Cauchy interval *shape* fits the errors, whatever their width (`causal_qwen.evaluation.evaluation`).
 
@@ -319,27 +247,16 @@ def interval_shape(standardized_error: Tensor) -> dict[str, Any]:
     }
 
 
-def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
-    """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
-    categories: dict[str, list[str]] = {}
-    matrix, names = design_matrix(train, fields, categories)  # (R,F)
-    y = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)  # (R,)
-    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
-    residuals = y - matrix @ beta
-    return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy_scale_mle(residuals))
-
-
 def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[str], target: str) -> dict[str, Any]:
     """MdAE of the training-median, linear and gradient-boosting baselines on the held-out rows (and their
     predictions); the log score of the homoscedastic Cauchy around the linear fit (`causal_qwen.evaluation.baselines`).
     Without scikit-learn the gradient-boosting figures are None."""
-    from . import baselines
     from .evaluation import standardized_coverage
 
     y_train = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)
     y = torch.tensor([float(row[target]) for row in held_out], dtype=torch.float64)
     median = float(y_train.quantile(0.5))  # the mean of the two middle values for an even count
-    linear = fit_linear_baseline(train, fields, target)
+    linear = baselines.fit_linear_baseline(train, fields, target)
     linear_prediction = linear.predict(held_out)  # (R,)
     z = (y - linear_prediction).abs() / linear.cauchy_scale  # (R,) standardised errors
     homoscedastic = baselines.Forecast("cauchy", linear_prediction, torch.full_like(y, linear.cauchy_scale), {}, 0.0,
@@ -374,7 +291,7 @@ def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[s
 # ---------------------------------------------------------------------------------------------------------
 def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) -> tuple[Path, dict[str, Any]]:
     """Convert the base, save it to ``out/converted`` and compare it with the base."""
-    from ..conversion.compare import HELD_OUT_TOPICS, compare_models
+    from .compare import HELD_OUT_TOPICS, compare_models
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 

@@ -73,7 +73,7 @@ from torch import Tensor
 from ..core import cauchy, losses
 from ..core.decisions import constant_scale
 from ..progress import bar as progress_bar
-from .row_blocks import row_blocks
+from ..core.row_blocks import row_blocks
 
 logger = logging.getLogger(__name__)
 

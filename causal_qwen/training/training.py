@@ -61,6 +61,7 @@ from .run_folder import (
 )
 from .train_config import TrainConfig
 from .warm_start import warm_start
+from ..conversion.conversion import from_qwen
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalL
         tokenizer = tokenizer or NumericTokenizer.from_pretrained(config.model)
     elif tokenizer is not None:
         overrides = {"num_token_id": tokenizer.num_token_id, **config.model_config}
-        model = CausalQwenForCausalLM.from_qwen(config.model, **overrides)
+        model = from_qwen(config.model, **overrides)
     else:
         model, tokenizer = convert_base(config.model, **config.model_config)
     if tokenizer.num_token_id != model.config.num_token_id:
@@ -366,7 +367,7 @@ def training_arguments(config: TrainConfig, has_validation: bool) -> TrainingArg
     evaluate = has_validation and config.eval_steps > 0
     bf16 = config.bf16
     if bf16 == "auto":  # the commands' automatic choice (`resolve_device_and_dtype`), as autocast on a CUDA GPU
-        from ..conversion.loading import resolve_device_and_dtype
+        from ..conversion.devices import resolve_device_and_dtype
 
         device, dtype = resolve_device_and_dtype("cpu" if config.use_cpu else None, None)
         bf16 = device.type == "cuda" and dtype == torch.bfloat16

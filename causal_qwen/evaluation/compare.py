@@ -19,8 +19,8 @@ from transformers import Qwen2ForCausalLM
 
 from .. import progress
 from ..core.modeling import CausalQwenForCausalLM
-from ..evaluation.evaluation import TokenTotals, add_token_scores, decision_constants
-from ..evaluation.row_blocks import row_blocks
+from .evaluation import TokenTotals, add_token_scores, decision_constants
+from ..core.row_blocks import row_blocks
 
 DEFAULT_PROMPTS = (
     "The item costs 99.99 dollars.",
@@ -177,7 +177,7 @@ def compare_models(
         raise ValueError(f"held_out_topics must be 0 or more, got {held_out_topics}")
     qwen.eval()
     causal.eval()
-    from .calibration import held_out_texts
+    from ..conversion.calibration import held_out_texts
 
     prompts = tuple(prompts) + tuple(text[:HELD_OUT_CHARS] for text in held_out_texts()[:held_out_topics])
     num_id = causal.config.num_token_id
