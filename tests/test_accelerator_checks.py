@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from causal_qwen.core import decisions, generation, modeling
+from causal_qwen import from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "accelerator.py"
 

@@ -10,9 +10,9 @@ import torch
 
 from causal_qwen.conversion import calibration
 from causal_qwen.core import cauchy
+from causal_qwen import from_qwen
 
 from .conftest import SMALL_NUM_ID, byte_level_tokenizer, small_qwen
-from causal_qwen import from_qwen
 
 
 def test_row_dependent_scales_can_overturn_the_greedy_token_and_the_shared_token_noise_cannot():

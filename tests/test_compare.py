@@ -16,9 +16,9 @@ from causal_qwen.evaluation.compare import compare_models
 from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core.modeling import CausalQwenForCausalLM
 from causal_qwen.core.tokenizer import NumericTokenizer
+from causal_qwen import from_qwen
 
 from .conftest import byte_level_tokenizer, small_qwen_config
-from causal_qwen import from_qwen
 
 
 def assert_conversion_passes(report: dict) -> None:

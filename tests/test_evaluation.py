@@ -8,12 +8,11 @@ import math
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM
+from causal_qwen import CausalQwenForCausalLM, from_qwen
 from causal_qwen.evaluation import evaluation
 from causal_qwen.evaluation.evaluation import NumberPredictions, evaluate_batches, number_metrics
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 
 def hand_predictions() -> NumberPredictions:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from causal_qwen import CausalQwenForCausalLM
+from causal_qwen import CausalQwenForCausalLM, from_qwen
 from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core.cauchy import decision_score
 from causal_qwen.core.generation import MODES, generate_ids
@@ -19,7 +19,6 @@ from causal_qwen.core.numbers import format_prediction
 from causal_qwen.evaluation.predict import next_step_view, predict_next
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
 

@@ -14,9 +14,9 @@ from transformers import Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from causal_qwen.conversion.conversion import load_qwen_base
+from causal_qwen import from_qwen
 
 from .conftest import small_qwen_config
-from causal_qwen import from_qwen
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")  # transformers refuses GGUF files without it

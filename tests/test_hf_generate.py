@@ -8,10 +8,9 @@ import math
 import pytest
 import torch
 
-from causal_qwen import CausalQwenForCausalLM
+from causal_qwen import CausalQwenForCausalLM, from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 MODES = ("standard", "causal", "traditional")
 

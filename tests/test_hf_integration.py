@@ -11,10 +11,9 @@ import sys
 import pytest
 import torch
 
-from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM
+from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM, from_qwen
 
 from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
-from causal_qwen import from_qwen
 
 
 def convert(base=None, **overrides) -> CausalQwenForCausalLM:

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from causal_qwen.core import losses
+from causal_qwen import from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 
 def transcribed_loss(out, model, labels, values, mask, alpha=0.0):

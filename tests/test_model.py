@@ -6,12 +6,11 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM
+from causal_qwen import CausalQwenConfig, CausalQwenForCausalLM, from_qwen
 from causal_qwen.conversion.conversion import load_qwen_base
 from causal_qwen.core import cauchy
 
 from .conftest import SMALL_NUM_ID, SMALL_VOCAB, small_qwen
-from causal_qwen import from_qwen
 
 
 def convert(base, **overrides) -> CausalQwenForCausalLM:

@@ -13,9 +13,9 @@ import torch
 from causal_qwen.core.cauchy import decision_score
 from causal_qwen.core.generation import MODES, generate_ids
 from causal_qwen.core.text_generation import NumericTextStreamer, generate, generate_arguments
+from causal_qwen import from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
-from causal_qwen import from_qwen
 
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
 

@@ -19,7 +19,7 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
-from causal_qwen import CausalQwenForCausalLM
+from causal_qwen import CausalQwenForCausalLM, from_qwen
 from causal_qwen.cli import main as cli_main
 from causal_qwen.training.monitoring import read_metrics
 from causal_qwen.training.parameter_groups import parameter_group
@@ -27,7 +27,6 @@ from causal_qwen.training.train_config import TrainConfig
 from causal_qwen.training.training import run_training
 
 from .conftest import small_qwen
-from causal_qwen import from_qwen
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = "Day {day}: the value was {value} units."

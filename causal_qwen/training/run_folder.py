@@ -1,5 +1,5 @@
 """The output folder of a training run: one run at a time, complete checkpoints only, and what ``--resume``
-continues from (README, "Training").
+continues from (README, "Training on your own CSV").
 
 - **Lock.** `OutputLock` holds an exclusive ``flock`` on ``OUTPUT_DIR/.lock`` for the whole run and writes
   the holder (pid, host, start time) into it; a second run into the folder fails at once naming the holder.
