@@ -182,3 +182,29 @@ def byte_level_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     return NumericTokenizer(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread while a module of tiny models runs: they decode one token at a time, and a second thread only
+    adds synchronisation (on a busy shared machine, spinning). Modules ask for it with ``pytestmark``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The numeric tokenizer over the real Qwen2.5 vocabulary (built offline)."""
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    return NumericTokenizer.default()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """`random:tiny` converted with the default calibration (memoised across the session)."""
+    from causal_qwen import from_qwen
+
+    return from_qwen("random:tiny")

@@ -20,29 +20,11 @@ from causal_qwen.core.decisions import cauchy_coordinates, decision_scores, samp
 from causal_qwen.core.text_generation import generate
 from causal_qwen import from_qwen
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
+
 PROMPTS = ["The capital of France is", "Once upon a time"]
 HALF_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPES = {"float32": torch.float32, **HALF_DTYPES}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from causal_qwen.core.tokenizer import NumericTokenizer
-
-    return NumericTokenizer.default()
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    return from_qwen("random:tiny")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ from causal_qwen.evaluation.predict import next_step_view, predict_next
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
+
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
 
 
@@ -72,28 +74,6 @@ def teacher_forced_standard(model, ids, mask, generated) -> torch.Tensor:
 
 
 # ---- fixtures -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models decode one token at a time: a second thread only adds synchronisation (and on a busy
-    shared machine, spinning)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from causal_qwen.core.tokenizer import NumericTokenizer
-
-    return NumericTokenizer.default()
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    return from_qwen("random:tiny")
-
-
 @pytest.fixture(scope="module")
 def small_model():
     return convert(small_qwen())

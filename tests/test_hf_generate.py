@@ -12,15 +12,9 @@ from causal_qwen import CausalQwenForCausalLM, from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
+
 MODES = ("standard", "causal", "traditional")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def perturbed_model(number_bias: float = 0.0, **overrides) -> CausalQwenForCausalLM:

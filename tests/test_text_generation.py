@@ -17,27 +17,9 @@ from causal_qwen import from_qwen
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
+
 PROMPTS = ("The capital of France is", "Once upon a time, in a small village by the sea, there lived", "Hello")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from causal_qwen.core.tokenizer import NumericTokenizer
-
-    return NumericTokenizer.default()
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    return from_qwen("random:tiny")
 
 
 def through_model_generate(model, tokenizer, prompts, callback=None, track_text=True, **options):
