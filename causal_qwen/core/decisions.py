@@ -185,7 +185,9 @@ def decision_scores(
     return causal_scores(loc_S, scale_S, thresholds, None if has_zero else inverse_scale), u
 
 
-def individual_number(action, loc_U: Tensor, scale_U: Tensor, coordinates: Tensor) -> Tensor:
+def individual_number(
+    action, loc_Y: Tensor, scale_Y: Tensor, scale_U: Tensor, coordinates: Tensor
+) -> Tensor:
     """The number an individual writes (B,S): a draw of the model's predictive ``Y ~ Cauchy(loc_Y, scale_Y)`` at the
     quantile the individual's coordinates give it,
 
@@ -196,11 +198,11 @@ def individual_number(action, loc_U: Tensor, scale_U: Tensor, coordinates: Tenso
     noise this is ``W_reg u + b_reg`` itself; unlike that, it keeps the spread the model predicts for numbers (its
     number noise included) and does not take the causal temperature, which widens the individual for token choices
     only (``τ·scale_U·|W_reg|`` would put numbers millions away). One individual (sequence scope) sits at one
-    quantile of every number it writes. loc_U, scale_U: (B,S,C); coordinates: c (B,C) or (B,S,C).
+    quantile of every number it writes. loc_Y, scale_Y: (B,S) the predictive Cauchy (`ActionNetwork.regress`);
+    scale_U: (B,S,C); coordinates: c (B,C) or (B,S,C).
     """
     if coordinates.dim() == 2:
         coordinates = coordinates.unsqueeze(1)  # (B,1,C)
-    loc_Y, scale_Y = action.regress(loc_U, scale_U)  # (B,S) each
     weights = scale_U.double() * action.regression_head.weight[0].double()  # (B,S,C) a
     size = weights.abs().sum(-1)  # (B,S)
     quantile = (weights * coordinates.double()).sum(-1) / size.clamp_min(torch.finfo(torch.float64).tiny)  # (B,S)

@@ -80,8 +80,7 @@ class GenerationOptions:
         _check_int("min_new_tokens", self.min_new_tokens, 0)
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError(f"min_new_tokens={self.min_new_tokens} exceeds max_new_tokens={self.max_new_tokens}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__} {self.seed!r}")
+        check_seed(self.seed)
         check_causal_options(self.mode, self.individual_scope, self.causal_temperature, self.individual)
         sampling = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
         given = [name for name, value in sampling.items() if value is not None]
@@ -188,13 +187,15 @@ def as_stop_strings(stop_strings: str | Sequence[str] | None) -> tuple[str, ...]
     return stops
 
 
+def check_seed(seed: Any) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
+
+
 def draw_seed(seed: int | None) -> int:
     """``seed``, or one drawn from torch's global generator (so ``torch.manual_seed`` makes runs reproducible)."""
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
-        return seed
-    return int(torch.randint(0, 2**62, ()).item())
+    check_seed(seed)
+    return seed if seed is not None else int(torch.randint(0, 2**62, ()).item())
 
 
 def check_individual(individual: Any, batch_size: int, causal_size: int, device) -> Tensor:

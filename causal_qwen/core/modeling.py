@@ -275,7 +275,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if decision in ("standard", "causal"):
             output.logits, _ = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
             if individual is not None:
-                output.individual_Y = individual_number(self.action, loc_U, scale_U, individual)  # (B,S')
+                output.individual_Y = individual_number(  # (B,S')
+                    self.action, output.loc_Y, output.scale_Y, scale_U, individual
+                )
         elif decision == "traditional":
             head = self.action.classification_head
             output.loc_S = output.logits = F.linear(loc_U, head.weight, head.bias)  # (B,S',V)
@@ -444,7 +446,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         (`text_generation.NumericTextStreamer`) reads each token's number and takes over the stop strings. One
         sequence per prompt: ``num_beams`` and ``num_return_sequences`` must be 1.
         """
-        from .generation import MODES, DecodingState
+        from .generation import MODES, DecodingState, check_seed
 
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the prompt's numbers: text only
         if mode is None:
@@ -468,8 +470,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             found = getattr(input_ids, "shape", input_ids)
             raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
+        check_seed(seed)
         state = DecodingState.start(
             self, input_ids, numeric_values, mode, individual_scope, causal_temperature, individual, seed
         )

@@ -34,6 +34,7 @@ from .generation import (
     as_stop_strings,
     check_individual,
     check_prompt_ids,
+    draw_seed,
     token_id_tuple,
     within_positions,
 )
@@ -189,8 +190,7 @@ def generate_arguments(model, tokenizer, prompts: str | Sequence[str], **options
     if settings.individual is not None:  # its shape against the batch, before any work
         settings.individual = check_individual(settings.individual, len(prompts), model.config.causal_size,
                                                batch["input_ids"].device)
-    if settings.seed is None:
-        settings.seed = int(torch.randint(0, 2**62, ()).item())
+    settings.seed = draw_seed(settings.seed)
     config = settings.generation_config(model, tokenizer_pad_id(tokenizer))
     return dict(batch, generation_config=config, **settings.model_arguments())
 

@@ -71,7 +71,7 @@ import torch
 from torch import Tensor
 
 from ..core import cauchy, losses
-from ..core.decisions import constant_scale
+from ..core.decisions import causal_scores, constant_scale
 from ..progress import bar as progress_bar
 from ..core.row_blocks import row_blocks
 
@@ -659,15 +659,8 @@ def _add_block_scores(
     totals.ovr_nll_sum += float((row_sums.log() - target_probs.log()).sum())  # −log(P_t / Σ_k P_k)
     totals.standard_agree += int((standard_choice == greedy).sum())
     # Causal decision with the individual at its median (u = loc_U): only the exogenous noise is left.
-    causal_choice = _median_individual_choice(loc_S - thresholds, noise_scale)  # (n,)
+    causal_choice = causal_scores(loc_S, noise_scale, thresholds).argmax(dim=-1)  # (n,) `decisions.causal_scores`
     totals.causal_agree += int((causal_choice == greedy).sum())
-
-
-def _median_individual_choice(distance: Tensor, noise_scale: Tensor) -> Tensor:
-    """``argmax_k (loc_S − C)_k / (|W_cls| |b_noise| + γ_S)_k`` (n,); with no exogenous noise, ``argmax (loc_S − C)``."""
-    if bool((noise_scale > 0).all()):
-        return (distance / noise_scale).argmax(dim=-1)
-    return distance.argmax(dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------
