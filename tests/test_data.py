@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 import torch
 
 from causal_qwen.training.collator import NumericCollator, tokenize_documents
@@ -214,9 +215,36 @@ def test_config_overrides_and_types(tmp_path):
     path = write(tmp_path / "c.yaml", "data: x.jsonl\nmax_steps: 10\nlearning_rate: 1e-3\nreport_to: none\n")
     config = load_train_config(path, ["max_steps=60", "model_config.ovr_negatives=2048", "gradient_checkpointing=true"])
     assert config.max_steps == 60 and config.learning_rate == 1e-3
-    assert config.model_config == {"ovr_negatives": 2048}
+    assert config.model_config["ovr_negatives"] == 2048  # the config's entry over the recipe's 256
     assert config.activation_checkpointing is True and config.report_to == ["none"]
     assert parse_override("split_at=2015/01/01") == ("split_at", "2015/01/01")
+
+
+def test_recipe_fills_what_the_config_leaves_out_by_the_kind_of_base(tmp_path):
+    """A four-key config gets the random recipe on a random preset (or a folder converted from one), the
+    pretrained recipe on anything else; keys the config gives are kept, and the line says what the recipe set."""
+    four = "data: x.csv\ntemplate: 'a {a} b {b}'\ntarget: b\nsplit_by: a\nsplit_at: 3\n"
+    random_run = load_train_config(write(tmp_path / "r.yaml", four + "model: random:tiny\n"))
+    assert random_run.recipe == "random" and random_run.freeze_backbone is False
+    assert random_run.learning_rate == 3e-2 and random_run.regression_warm_start is False
+    real = load_train_config(write(tmp_path / "p.yaml", four + "model: qwen.gguf\nlearning_rate: 2e-5\n"))
+    assert real.recipe == "pretrained" and real.freeze_backbone is True and real.learning_rate == 2e-5
+    assert real.regression_warm_start == 1e-2 and real.num_token_warm_start == 1e-3 and real.interval_check == 0.1
+    line = real.recipe_line()
+    assert line.startswith("recipe: pretrained (base qwen.gguf)") and "freeze_backbone=True" in line
+    assert "learning_rate=2e-05" not in line  # given by the config, not the recipe
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "causal_qwen", "converted_from": "random:small"}')
+    assert load_train_config(write(tmp_path / "f.yaml", four + f"model: {folder}\n")).recipe == "random"
+    forced = load_train_config(write(tmp_path / "x.yaml", four + "model: random:tiny\nrecipe: pretrained\n"))
+    assert forced.freeze_backbone is True
+    assert load_train_config(write(tmp_path / "l.yaml", four + "model: q.gguf\nlora: true\n")).freeze_backbone is False
+    with pytest.raises(ValueError, match="recipe must be auto, random or pretrained"):
+        load_train_config(write(tmp_path / "bad.yaml", four + "recipe: fast\n"))
+    # a saved run's config (every value set) reloads as it was
+    again = load_train_config(write(tmp_path / "again.yaml", yaml.safe_dump(real.to_dict())))
+    assert again.to_dict() == real.to_dict() and again.recipe_filled == []
 
 
 def test_unknown_config_key_suggests_nearest(tmp_path):
@@ -238,7 +266,7 @@ def test_config_value_errors(tmp_path):
         load_train_config(write(tmp_path / "c.yaml", "data: x\nlora: true\nfreeze_backbone: true\n"))
     with pytest.raises(ValueError, match="must be a mapping"):
         load_train_config(write(tmp_path / "d.yaml", "- a\n- b\n"))
-    with pytest.raises(ValueError, match="num_token_warm_start must be a positive ridge or null"):
+    with pytest.raises(ValueError, match="num_token_warm_start must be a positive ridge, false or null"):
         load_train_config(write(tmp_path / "e.yaml", "data: x\nnum_token_warm_start: 0\n"))
 
 

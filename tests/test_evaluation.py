@@ -10,6 +10,7 @@ import torch
 
 from causal_qwen import CausalQwenForCausalLM, from_qwen
 from causal_qwen.evaluation import evaluation
+from causal_qwen.evaluation import metrics as forecast_metrics
 from causal_qwen.evaluation.evaluation import NumberPredictions, evaluate_batches, number_metrics
 
 from .conftest import SMALL_NUM_ID, small_qwen
@@ -42,7 +43,7 @@ def test_number_metrics_against_hand_computed_values():
     # central 90% interval = loc ± 6.31·scale: all inside
     assert metrics["coverage_90"] == pytest.approx(1.0)
     table = {row["nominal"]: row["empirical"] for row in metrics["calibration"]}
-    assert list(table) == list(evaluation.CALIBRATION_LEVELS) and len(table) == 10
+    assert list(table) == list(forecast_metrics.CALIBRATION_LEVELS) and len(table) == 10
     # |z| = 2, 3, 0, 0.8 → central ranks (2/π)·atan|z| = 0.705, 0.795, 0, 0.436
     assert table[0.1] == pytest.approx(0.25) and table[0.5] == pytest.approx(0.5)
     assert table[0.7] == pytest.approx(0.5) and table[0.8] == pytest.approx(1.0)
@@ -52,27 +53,40 @@ def test_number_metrics_against_hand_computed_values():
 
 def test_standardized_coverage_equals_interval_coverage():
     predictions = hand_predictions()
-    for level in evaluation.CALIBRATION_LEVELS:
-        assert evaluation.standardized_coverage(predictions.standardized_error(), level) == evaluation.coverage(predictions, level)
+    for level in forecast_metrics.CALIBRATION_LEVELS:
+        assert forecast_metrics.standardized_coverage(predictions.standardized_error(), level) == predictions.coverage(level)
+
+
+def test_forecast_figures_and_number_metrics_share_the_formulas():
+    from causal_qwen.evaluation import baselines
+
+    predictions = hand_predictions()
+    forecast = baselines.Forecast("cauchy", predictions.loc, predictions.scale, {}, 0.0, "the hand predictions")
+    figures = baselines.forecast_figures(forecast, predictions.value)
+    numbers = number_metrics(predictions)
+    for figure, number in (("mdae", "num_mdae"), ("log_score", "num_log_score"), ("coverage_50", "coverage_50"),
+                           ("coverage_90", "coverage_90"), ("scale_error_spearman", "num_scale_error_spearman")):
+        assert figures[figure] == pytest.approx(numbers[number])
+    assert [row["empirical"] for row in figures["calibration"]] == [row["empirical"] for row in numbers["calibration"]]
 
 
 def test_tail_ratio_of_cauchy_and_gaussian_errors():
     generator = torch.Generator().manual_seed(0)
     gaussian = torch.randn(200_000, generator=generator, dtype=torch.float64).abs()
     cauchy_errors = torch.distributions.Cauchy(0.0, 1.0).sample((200_000,)).double().abs()
-    assert evaluation.tail_ratio(gaussian) == pytest.approx(1.6449 / 0.6745, rel=0.02)
-    assert evaluation.tail_ratio(cauchy_errors) == pytest.approx(evaluation.CAUCHY_TAIL_RATIO, rel=0.03)
-    assert evaluation.CAUCHY_TAIL_RATIO == pytest.approx(6.3138, rel=1e-4)
+    assert forecast_metrics.tail_ratio(gaussian) == pytest.approx(1.6449 / 0.6745, rel=0.02)
+    assert forecast_metrics.tail_ratio(cauchy_errors) == pytest.approx(forecast_metrics.CAUCHY_TAIL_RATIO, rel=0.03)
+    assert forecast_metrics.CAUCHY_TAIL_RATIO == pytest.approx(6.3138, rel=1e-4)
 
 
 def test_rescaling_range_by_hand():
     # z = 0.5, 1, 2, 4 (50%: z <= c; 90%: z <= 6.3138·c)
     z = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=torch.float64)
     # coverage_50 exactly 0.5 needs 1 <= c < 2; coverage_90 <= 0.75 needs 6.3138·c < 4, i.e. c < 0.634
-    assert evaluation.rescaling_range(z, {0.5: (0.5, 0.5), 0.9: (0.0, 0.75)}) is None
-    low, high = evaluation.rescaling_range(z, {0.5: (0.5, 0.5)})
+    assert forecast_metrics.rescaling_range(z, {0.5: (0.5, 0.5), 0.9: (0.0, 0.75)}) is None
+    low, high = forecast_metrics.rescaling_range(z, {0.5: (0.5, 0.5)})
     assert low == pytest.approx(1.0) and high == pytest.approx(1.0)  # step points inside: c = 1 (coverage 0.5 on [1, 2))
-    low, high = evaluation.rescaling_range(z, {0.5: (0.25, 0.5), 0.9: (0.75, 1.0)})
+    low, high = forecast_metrics.rescaling_range(z, {0.5: (0.25, 0.5), 0.9: (0.75, 1.0)})
     # 50% in [0.25, 0.5] needs 0.5 <= c < 2; 90% >= 0.75 needs c >= 2/6.3138: together [0.5, 2), whose
     # step points are 0.5, 4/6.3138 and 1
     assert low == pytest.approx(0.5) and high == pytest.approx(1.0)
@@ -81,11 +95,11 @@ def test_rescaling_range_by_hand():
         scaled = NumberPredictions(value=z, loc=torch.zeros(4, dtype=torch.float64), scale=torch.full((4,), c, dtype=torch.float64),
                                    document=torch.zeros(4, dtype=torch.long), position=torch.zeros(4, dtype=torch.long),
                                    ordinal=torch.zeros(4, dtype=torch.long), from_end=torch.zeros(4, dtype=torch.long))
-        assert 0.25 <= evaluation.coverage(scaled, 0.5) <= 0.5 and 0.75 <= evaluation.coverage(scaled, 0.9) <= 1.0
+        assert 0.25 <= scaled.coverage(0.5) <= 0.5 and 0.75 <= scaled.coverage(0.9) <= 1.0
     with pytest.raises(ValueError, match="band"):
-        evaluation.rescaling_range(z, {0.5: (0.6, 0.4)})
+        forecast_metrics.rescaling_range(z, {0.5: (0.6, 0.4)})
     with pytest.raises(ValueError, match="at least one"):
-        evaluation.rescaling_range(z[:0], {0.5: (0.4, 0.6)})
+        forecast_metrics.rescaling_range(z[:0], {0.5: (0.4, 0.6)})
 
 
 def test_rescaling_reaches_both_bands_for_cauchy_errors_only():
@@ -93,9 +107,9 @@ def test_rescaling_reaches_both_bands_for_cauchy_errors_only():
     bands = {0.5: (0.40, 0.60), 0.9: (0.80, 0.97)}
     cauchy_errors = torch.distributions.Cauchy(0.0, 3.0).sample((5_000,)).double().abs()
     gaussian_errors = 3.0 * torch.randn(5_000, generator=generator, dtype=torch.float64).abs()
-    low, high = evaluation.rescaling_range(cauchy_errors, bands)
+    low, high = forecast_metrics.rescaling_range(cauchy_errors, bands)
     assert low <= 3.0 <= high  # the true scale is inside the range
-    assert evaluation.rescaling_range(gaussian_errors, bands) is None
+    assert forecast_metrics.rescaling_range(gaussian_errors, bands) is None
 
 
 def test_select_by_number_index():
@@ -111,7 +125,7 @@ def test_central_rank_matches_coverage():
     predictions = hand_predictions()
     ranks = predictions.central_rank()
     for level in (0.3, 0.5, 0.9):
-        assert evaluation.coverage(predictions, level) == pytest.approx(float((ranks <= level).double().mean()))
+        assert predictions.coverage(level) == pytest.approx(float((ranks <= level).double().mean()))
 
 
 def small_causal(seed: int = 0) -> CausalQwenForCausalLM:
@@ -299,11 +313,11 @@ def test_spearman_matches_scipy_with_ties():
     generator = torch.Generator().manual_seed(0)
     a = torch.randint(0, 6, (50,), generator=generator).double()  # many ties
     b = a + torch.randn(50, generator=generator, dtype=torch.float64)
-    assert evaluation.spearman(a, b) == pytest.approx(scipy_stats.spearmanr(a.numpy(), b.numpy()).statistic)
-    assert evaluation.spearman(a, -b) == pytest.approx(-evaluation.spearman(a, b))
-    assert math.isnan(evaluation.spearman(torch.ones(5), torch.arange(5.0)))  # constant scale: no ranking
+    assert forecast_metrics.spearman(a, b) == pytest.approx(scipy_stats.spearmanr(a.numpy(), b.numpy()).statistic)
+    assert forecast_metrics.spearman(a, -b) == pytest.approx(-forecast_metrics.spearman(a, b))
+    assert math.isnan(forecast_metrics.spearman(torch.ones(5), torch.arange(5.0)))  # constant scale: no ranking
     with pytest.raises(ValueError, match="equal lengths"):
-        evaluation.spearman(torch.ones(3), torch.ones(4))
+        forecast_metrics.spearman(torch.ones(3), torch.ones(4))
 
 
 def test_pit_is_the_cauchy_cdf_and_folds_to_the_central_rank():

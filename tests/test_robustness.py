@@ -97,6 +97,9 @@ def settings(assets: Path, out: Path, **overrides) -> dict:
         warmup_steps=0, logging_steps=1, validation_split=0.1, eval_steps=3, max_eval_samples=2, save_steps=2,
         save_total_limit=2, report_to=["none"], progress_bar=False, monitor_positions=0, freeze_backbone=True,
         model_config={"ovr_negatives": 64}, target="value",
+        # every recipe setting given, so these tests see one fixed set-up whatever the recipes become
+        regression_learning_rate=1e-3, numeric_embedding_learning_rate=1e-3, backbone_learning_rate=1e-5,
+        freeze_decision_scale=True, regression_warm_start=False, num_token_warm_start=False, interval_check=False,
     )
     values.update(overrides)
     return values

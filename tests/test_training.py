@@ -82,6 +82,9 @@ def settings(assets: Path, out: Path, **overrides) -> dict:
         progress_bar=False,
         monitor_positions=8,
         model_config={"ovr_negatives": 256},  # sampled negatives: fast steps (the Trainer restores the RNG on resume)
+        # every recipe setting given, so these tests see one fixed set-up whatever the recipes become
+        regression_learning_rate=1e-3, numeric_embedding_learning_rate=1e-3, warmup_steps=0.1, freeze_backbone=False,
+        freeze_decision_scale=True, regression_warm_start=False, num_token_warm_start=False, interval_check=False,
     )
     values.update(overrides)
     return values
@@ -157,6 +160,25 @@ def test_frozen_backbone_is_bit_identical_and_heads_change(assets, tmp_path):
     assert not torch.equal(trained.abduction.loc_net.weight, torch.eye(32))
 
 
+def test_feature_cache_trains_the_heads_as_the_backbone_would(assets, converted, tmp_path):
+    """A frozen backbone and numeric embedding: the run that caches the backbone's features once trains the same
+    heads, step for step, as the run that runs the backbone every step (and says it cached them)."""
+    frozen = dict(freeze_backbone=True, numeric_embedding_learning_rate=0.0, max_steps=3, model=str(converted),
+                  regression_warm_start=1e-3, num_token_warm_start=1e-2)
+    lines: list[str] = []
+    cached = run_training(config(assets, tmp_path / "cached", cache_backbone_features=None, **frozen),
+                          report=lines.append)
+    assert any(line.startswith("feature cache: the frozen backbone read 48 training examples once") for line in lines), lines
+    plain = run_training(config(assets, tmp_path / "plain", cache_backbone_features=False, **frozen))
+    assert cached.train_loss == pytest.approx(plain.train_loss, rel=1e-5)
+    with_cache = CausalQwenForCausalLM.from_pretrained(cached.final_dir).state_dict()
+    without = CausalQwenForCausalLM.from_pretrained(plain.final_dir).state_dict()
+    for name, value in without.items():
+        torch.testing.assert_close(with_cache[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    with pytest.raises(ValueError, match="cache_backbone_features needs a backbone and numeric embedding frozen"):
+        config(assets, tmp_path / "bad", cache_backbone_features=True, freeze_backbone=False)
+
+
 def decision_scale(model) -> dict[str, torch.Tensor]:
     return {"W_scale": model.abduction.scale_net.weight, "b_scale": model.abduction.scale_net.bias,
             "b_noise": model.action.b_noise, "token_noise": model.action.token_noise}
@@ -185,13 +207,13 @@ def test_decision_scale_trains_when_asked(assets, initial, tmp_path):
 
 def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     """``regression_warm_start: λ``: before the first step the regression head is the ridge fit of the training
-    numbers on the converted model's features, and the numbers' own noise its median absolute residual;
+    numbers on the converted model's features, and the numbers' own noise its median absolute out-of-fold residual;
     ``num_token_warm_start: λ``: the classification head's ``<NUM>`` row is the offset-logistic fit on the same
     pass. With their learning rates at 0 the final model keeps both."""
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.collator import NumericCollator
     from causal_qwen.training.training import build_datasets
-    from causal_qwen.training.warm_start import offset_logistic_fit, read_positions, ridge_fit
+    from causal_qwen.training.warm_start import offset_logistic_fit, out_of_fold_residuals, read_positions, ridge_fit
 
     model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
     run = config(assets, tmp_path, max_steps=1, regression_warm_start=1e-3, regression_learning_rate=0.0,
@@ -215,7 +237,7 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     head = trained.action.regression_head
     torch.testing.assert_close(head.weight[0].double(), weight, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(head.bias[0].double(), bias, rtol=1e-4, atol=1e-6)
-    spread = float((features @ weight + bias - values).abs().median())
+    spread = float(out_of_fold_residuals(features, values, 1e-3).abs().median())  # γ_Y: out-of-fold residuals
     noise = torch.nn.functional.softplus(trained.action.number_noise.bias).item()
     assert noise == pytest.approx(spread, rel=1e-4)
     with torch.no_grad():

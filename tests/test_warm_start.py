@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from causal_qwen.training.warm_start import ridge_fit, warm_start_regression
+from causal_qwen.training.warm_start import out_of_fold_residuals, ridge_fit, warm_start_regression
 from causal_qwen import from_qwen
 
 
@@ -20,6 +20,27 @@ def test_ridge_fit_recovers_a_linear_rule_and_shrinks_with_the_ridge():
     assert float(bias) == pytest.approx(7.0, abs=1e-5)
     shrunk, _ = ridge_fit(features, values, 10.0)
     assert float(shrunk.norm()) < 0.5 * float(weight.norm())
+
+
+def test_out_of_fold_scale_is_wider_than_in_sample_on_a_drifting_series():
+    """A series whose level drifts with time, read through features that hold the time only coarsely: the ridge
+    fit absorbs part of the drift in sample, so its residuals are optimistic; each contiguous block predicted from
+    the other periods misses the drift the way a later period will, and the out-of-fold spread is wider."""
+    generator = torch.Generator().manual_seed(1)
+    count = 400
+    time = torch.linspace(0, 1, count, dtype=torch.float64)  # (M,)
+    features = torch.stack([torch.sin(7 * time), torch.cos(5 * time), torch.randn(count, generator=generator,
+                                                                                  dtype=torch.float64)], dim=1)
+    values = 20 * time**2 + features[:, 2] + 0.5 * torch.randn(count, generator=generator, dtype=torch.float64)
+    weight, bias = ridge_fit(features, values, 1e-6)
+    in_sample = float((features @ weight + bias - values).abs().median())
+    out_of_fold = float(out_of_fold_residuals(features, values, 1e-6).abs().median())
+    assert out_of_fold > 1.5 * in_sample
+    # without drift the two agree (the out-of-fold residuals are honest, not inflated)
+    steady = features[:, 2] * 2 + 0.5 * torch.randn(count, generator=generator, dtype=torch.float64)
+    weight, bias = ridge_fit(features, steady, 1e-6)
+    steady_in = float((features @ weight + bias - steady).abs().median())
+    assert float(out_of_fold_residuals(features, steady, 1e-6).abs().median()) == pytest.approx(steady_in, rel=0.15)
 
 
 def test_bad_ridge_and_data_without_numbers():

@@ -108,15 +108,21 @@ def _gguf_progress():
         gguf_utils.tqdm = original
 
 
-def check_qwen_folder(path: Path) -> None:
-    """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
+def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds no config.json") -> str | None:
+    """The ``model_type`` written in ``path/config.json``; ``ValueError`` when the file is missing (the message
+    ``"{folder} 'PATH' {missing}"``) or not JSON."""
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ValueError(f"folder {str(path)!r} holds no Qwen2 model: config.json is missing")
+        raise ValueError(f"{folder} {str(path)!r} {missing}")
     try:
-        model_type = json.loads(config_file.read_text()).get("model_type")
+        return json.loads(config_file.read_text()).get("model_type")
     except json.JSONDecodeError as error:
-        raise ValueError(f"folder {str(path)!r}: config.json is not valid JSON ({error})") from error
+        raise ValueError(f"{folder} {str(path)!r}: config.json is not valid JSON ({error})") from error
+
+
+def check_qwen_folder(path: Path) -> None:
+    """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
+    model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing")
     if model_type not in QWEN_MODEL_TYPES:
         raise ValueError(f"folder {str(path)!r} holds a {model_type!r} model, not a Qwen2 model")
 
@@ -174,6 +180,8 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
             raise ValueError(f"num_token_id={num_token_id} is beyond the next free row {vocab_rows}")
         logger.warning("base has no reserved slot for <NUM>: the vocabulary grows by one row to %d", vocab_rows + 1)
 
+    named = base if isinstance(base, (str, os.PathLike)) else getattr(qwen.config, "_name_or_path", None)
+    overrides.setdefault("converted_from", str(named) if named else None)  # what `recipe: auto` reads
     config = causal_config_from(qwen.config, num_token_id=num_token_id, vocab_size=vocab_rows + int(grows), **overrides)
     generator = torch.Generator().manual_seed(config.seed)
     parameter_dtype = qwen.model.embed_tokens.weight.dtype

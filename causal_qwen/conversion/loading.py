@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from . import presets
-from .conversion import check_qwen_folder, from_qwen
+from .conversion import check_qwen_folder, folder_model_type, from_qwen
 from .devices import resolve_device_and_dtype
 from .hub import check_hub_id, looks_like_hub_id
 
@@ -43,13 +43,7 @@ def check_causal_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a converted CausalQwen model (not a plain Qwen2 one)."""
     from ..core.configuration import CausalQwenConfig
 
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"model folder {str(path)!r} holds no config.json")
-    try:
-        model_type = json.loads(config_file.read_text()).get("model_type")
-    except json.JSONDecodeError as error:
-        raise ValueError(f"model folder {str(path)!r}: config.json is not valid JSON ({error})") from error
+    model_type = folder_model_type(path, folder="model folder")
     if model_type != CausalQwenConfig.model_type:
         hint = " (convert it first: causal-qwen convert --base DIR --out NEW_DIR)" if model_type == "qwen2" else ""
         raise ValueError(f"model folder {str(path)!r} holds a {model_type!r} model, not a CausalQwen one{hint}")

@@ -25,27 +25,21 @@ _COMMON = dict(
     attention_dropout=0.0,
 )
 
+# A few layers, small hidden size, the real vocabulary.
+_TINY = dict(
+    hidden_size=64,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+)
+
 PRESET_CONFIGS: dict[str, dict] = {
-    # A few layers, small hidden size, the real vocabulary; tied like Qwen2.5-0.5B.
-    "tiny": dict(
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    ),
+    # Tied like Qwen2.5-0.5B.
+    "tiny": dict(_TINY, tie_word_embeddings=True),
     # The same, untied like the Coder/Instruct variants.
-    "tiny-untied": dict(
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    ),
+    "tiny-untied": dict(_TINY, tie_word_embeddings=False),
     # Exactly Qwen2.5-0.5B's architecture, random weights (for benchmarks).
     "qwen2.5-0.5b": dict(
         hidden_size=896,

@@ -58,6 +58,11 @@ class CausalQwenConfig(Qwen2Config):
         by a Cauchy of scale ``τ·(|W_cls| scale_U)_k``. Standard and traditional mode, the losses and training never
         read it. ``"base_agreement"`` sets it at conversion so that causal choices per token come closest to the
         base's softmax (`causal_qwen.conversion.causal_temperature`); 0 means no individual spread at all.
+    number_scale_factor (`float`, defaults to 1.0): ``f`` in ``scale_Y = f·(…)``: set by training's interval check
+        (`causal_qwen.training.interval_check`) when the number intervals measured on training rows kept out of
+        training were too narrow or too wide.
+    converted_from (`str`, *optional*): what the conversion read (a ``random:*`` preset, a Qwen folder, ``.gguf``
+        file or hub id); training's ``recipe: auto`` reads it.
     """
 
     model_type = "causal_qwen"
@@ -83,6 +88,8 @@ class CausalQwenConfig(Qwen2Config):
     ovr_calibration: str = "base_agreement"
     calibration_positions: int = 4096
     causal_temperature: float = 1.0
+    number_scale_factor: float = 1.0
+    converted_from: str | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -117,6 +124,9 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(f"CausalQwenConfig.noise_init must be finite and >= 0, got {self.noise_init!r}")
         if not (math.isfinite(self.token_noise_init) and self.token_noise_init >= 0):
             raise ValueError(f"CausalQwenConfig.token_noise_init must be finite and >= 0, got {self.token_noise_init!r}")
+        factor = self.number_scale_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"CausalQwenConfig.number_scale_factor must be a positive number, got {factor!r}")
         temperature = self.causal_temperature
         if isinstance(temperature, bool) or not (
             isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0

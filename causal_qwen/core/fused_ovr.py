@@ -163,6 +163,19 @@ def _position_weights(
     return weights / vocab if reduction == "mean" else weights  # (N,)
 
 
+def _checked_inputs(
+    loc_U: Tensor, decision_scale: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor | float,
+    target_ids: Tensor, token_noise: Tensor | float | None, position_weights: Tensor | None, reduction: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What both loss entry points start from: the threshold () or (V,) and token noise () as tensors, and the
+    per-position weights ``w_i`` (N,) (`_position_weights`), once every input is checked (`_check_inputs`)."""
+    threshold = _as_threshold(threshold, loc_U)
+    token_noise = _as_token_noise(token_noise, loc_U)
+    _check_inputs(loc_U, decision_scale, weight, bias, threshold, target_ids)
+    row_weights = _position_weights(loc_U.shape[0], position_weights, reduction, weight.shape[0], loc_U)  # (N,)
+    return threshold, token_noise, row_weights
+
+
 def sample_negative_rows(
     target_ids: Tensor, vocab: int, negatives: int, generator: torch.Generator | None = None
 ) -> SampledRows:
@@ -550,13 +563,12 @@ def fused_ovr_loss(
     ``generator`` makes the draw reproducible. Inputs in bf16/fp16 are computed in fp32 per slice and their
     gradients cast back. The returned gradients are exact for ``loss``; ``loss_per_position`` is detached.
     """
-    threshold = _as_threshold(threshold, loc_U)
-    token_noise = _as_token_noise(token_noise, loc_U)
-    _check_inputs(loc_U, decision_scale, weight, bias, threshold, target_ids)
+    threshold, token_noise, row_weights = _checked_inputs(
+        loc_U, decision_scale, weight, bias, threshold, target_ids, token_noise, position_weights, reduction
+    )
     if not (isinstance(chunk_size, int) and chunk_size > 0):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     vocab = weight.shape[0]
-    row_weights = _position_weights(loc_U.shape[0], position_weights, reduction, vocab, loc_U)  # (N,)
     head_weight, head_bias, head_threshold, targets, column_weights = weight, bias, threshold, target_ids, None
     if negatives is not None:
         sampled = sample_negative_rows(target_ids, vocab, negatives, generator)
@@ -600,11 +612,10 @@ def reference_ovr_loss(
     autograd; it materialises (N, V) tensors. ``chunk_size`` is accepted for a common signature and unused.
     bf16/fp16 inputs are promoted to fp32, as the fused path computes."""
     del chunk_size
-    threshold = _as_threshold(threshold, loc_U)
-    token_noise = _as_token_noise(token_noise, loc_U)
-    _check_inputs(loc_U, decision_scale, weight, bias, threshold, target_ids)
+    threshold, token_noise, row_weights = _checked_inputs(
+        loc_U, decision_scale, weight, bias, threshold, target_ids, token_noise, position_weights, reduction
+    )
     vocab = weight.shape[0]
-    row_weights = _position_weights(loc_U.shape[0], position_weights, reduction, vocab, loc_U)  # (N,)
     up = (lambda t: t.float() if t is not None and t.dtype in _LOW_PRECISION else t)  # noqa: E731
     head_weight, head_bias, head_threshold = up(weight), up(bias), up(threshold)
     loc_S, scale_S = linear_transform(up(loc_U), up(decision_scale), head_weight, head_bias)  # (N,V) each

@@ -189,12 +189,15 @@ class ActionNetwork(nn.Module):
         loc_S, scale_S = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         return loc_S, scale_S + self.token_noise_scale().to(scale_S.dtype)
 
-    def regress(self, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
-        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = (scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y)``: (B,S) each
-        (``scale_Y`` in the scales' dtype, as in `classify`)."""
+    def regress(self, loc_U: Tensor, scale_U: Tensor, scale_factor: float = 1.0) -> tuple[Tensor, Tensor]:
+        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = f·((scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y))``: (B,S) each
+        (``scale_Y`` in the scales' dtype, as in `classify`); ``f`` = ``scale_factor``, the interval check's
+        factor (`CausalQwenConfig.number_scale_factor`, 1 unless training rescaled the intervals)."""
         head = self.regression_head
         loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         scale_Y = scale_Y.squeeze(-1)  # (B,S)
         if self.number_noise is not None:
             scale_Y = scale_Y + self.number_noise(loc_U).to(scale_Y.dtype)
+        if scale_factor != 1.0:
+            scale_Y = scale_Y * scale_factor
         return loc_Y.squeeze(-1), scale_Y

@@ -211,6 +211,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         decision: str | None = None,
         individual: Tensor | None = None,
         causal_temperature: float = 1.0,
+        backbone_features: Tensor | None = None,
         **kwargs,
     ) -> CausalQwenOutput:
         """Run the backbone and the causal heads.
@@ -227,36 +228,24 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``u = loc_U + τ·scale_U ⊙ c`` with ``individual`` c (B,C) or (B,S',C), its standard-Cauchy coordinates, and
         ``causal_temperature`` τ (`decisions.decision_scores`; the number it writes in ``individual_Y``); None: ``loc_S`` and
         ``scale_S`` (the default).
+        ``backbone_features`` (B,S,H): the backbone's ``last_hidden_state`` for these ``input_ids``, computed before
+        (training's feature cache, valid while the embedding and the backbone are frozen): the heads read it and the
+        backbone does not run.
         """
         if decision not in (None, "traditional", "standard", "causal"):
             raise ValueError(f"decision must be None, 'traditional', 'standard' or 'causal', got {decision!r}")
         if (decision == "causal") != (individual is not None):
             raise ValueError("decision='causal' needs an individual, and an individual needs decision='causal'")
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
-        if inputs_embeds is None:
-            if input_ids is None:
-                raise ValueError("forward needs input_ids or inputs_embeds")
-            numeric_values = self._checked_numeric_values(input_ids, numeric_values)
-            inputs_embeds = self.embed(input_ids, numeric_values)
-        if labels is not None:
-            numeric_values = self._regression_values(labels, numeric_values, inputs_embeds)
-        if attention_mask is not None:
-            # With a KV cache the mask covers the cached positions too (as Hugging Face's generate passes it).
-            past = cache.get_seq_length() if cache is not None else 0
-            expected = (inputs_embeds.shape[0], past + inputs_embeds.shape[1])
-            if attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
-                raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {expected}")
-
-        backbone_out = self.model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        features = backbone_out.last_hidden_state  # (B,S,H)
-        output = CausalQwenOutput(cache=backbone_out.cache)
+        if backbone_features is not None:  # training's feature cache: embedding and backbone ran before
+            features, output = self._cached_features(backbone_features, input_ids), CausalQwenOutput()
+            if labels is not None:
+                numeric_values = self._regression_values(labels, numeric_values, features)
+        else:
+            features, output, numeric_values = self._backbone(
+                input_ids, numeric_values, attention_mask, position_ids, cache, inputs_embeds, labels, use_cache,
+                **kwargs,
+            )
         kept = _keep_positions(logits_to_keep)
         if labels is not None:
             loc_U, scale_U = self.abduction(features)  # (B,S,C) each: the loss reads every position
@@ -269,7 +258,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if return_scores is None:
             return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
         output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
-        output.loc_Y, output.scale_Y = self.action.regress(loc_U, scale_U)  # (B,S') each
+        output.loc_Y, output.scale_Y = self.action.regress(  # (B,S') each
+            loc_U, scale_U, self.config.number_scale_factor
+        )
         if not return_scores:
             return output
         if decision in ("standard", "causal"):
@@ -285,6 +276,43 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
             output.logits = output.loc_S
         return output
+
+    def _backbone(self, input_ids, numeric_values, attention_mask, position_ids, cache, inputs_embeds, labels,
+                  use_cache, **kwargs) -> tuple[Tensor, CausalQwenOutput, Tensor | None]:
+        """Embed (``e = embed(x) + φ(v)``) and run the backbone: ``(z (B,S,H), output with its cache, the values the
+        regression targets read)``."""
+        if inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("forward needs input_ids or inputs_embeds")
+            numeric_values = self._checked_numeric_values(input_ids, numeric_values)
+            inputs_embeds = self.embed(input_ids, numeric_values)
+        if labels is not None:
+            numeric_values = self._regression_values(labels, numeric_values, inputs_embeds)
+        if attention_mask is not None:
+            # With a KV cache the mask covers the cached positions too (as Hugging Face's generate passes it).
+            past = cache.get_seq_length() if cache is not None else 0
+            expected = (inputs_embeds.shape[0], past + inputs_embeds.shape[1])
+            if attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
+                raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {expected}")
+        backbone_out = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return backbone_out.last_hidden_state, CausalQwenOutput(cache=backbone_out.cache), numeric_values
+
+    def _cached_features(self, backbone_features: Tensor, input_ids: Tensor | None) -> Tensor:
+        """``z`` (B,S,H) given as ``backbone_features``, checked against ``input_ids`` and the hidden size."""
+        expected_width = self.config.hidden_size
+        if backbone_features.dim() != 3 or backbone_features.shape[-1] != expected_width:
+            raise ValueError(f"backbone_features has shape {tuple(backbone_features.shape)}, expected (B,S,{expected_width})")
+        if input_ids is not None and tuple(backbone_features.shape[:2]) != tuple(input_ids.shape):
+            raise ValueError(f"backbone_features has shape {tuple(backbone_features.shape)} but input_ids has "
+                             f"{tuple(input_ids.shape)}")
+        return backbone_features.to(self.abduction.loc_net.weight.dtype)
 
     def _checked_numeric_values(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
         if numeric_values is None:
@@ -360,7 +388,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         cls_loss, p_num = self.classification_loss(loc_U, decision_scale, targets.token_ids, position_weight)
 
-        loc_Y, scale_Y = self.action.regress(loc_U, scale_U)  # (N,) each
+        loc_Y, scale_Y = self.action.regress(loc_U, scale_U, self.config.number_scale_factor)  # (N,) each
         is_number = targets.token_ids == config.num_token_id  # (N,)
         reg_loss = gated_regression_loss(
             loc_Y.float(),

@@ -3,7 +3,8 @@
 Shape legend: R held-out rows, T training rows, F design-matrix columns.
 
 A forecast is a predictive distribution per held-out row: a point (its median), a scale, a family, and its
-central 50% and 90% intervals. The figures (`forecast_figures`), for true values y (R,):
+central 50% and 90% intervals. The figures (`forecast_figures`, each formula from
+`causal_qwen.evaluation.metrics`), for true values y (R,):
 
     mdae                  = median_j |y_j − point_j|
     log_score             = mean_j −log f_j(y_j)     (f_j the forecast's density; lower is better)
@@ -21,6 +22,9 @@ Families and their densities (z = (y − point)/scale), with the central p-inter
 The baselines, fitted on the training rows only:
 
     median                ŷ = median(y_train); Laplace(ŷ, b), b = mean |y_train − ŷ| (its maximum likelihood)
+    group_median          the same within each value of a category column (`fit_group_median`)
+    last_value            the last training value (per group) in time order, b = mean one-step change
+                          (`fit_last_value`: the naive forecast of a table split in time)
     least_squares         ŷ = xᵀβ, β = argmin ‖Xβ − y‖²; Gaussian(ŷ, σ), σ² = mean residual² (max likelihood)
     cauchy_homoscedastic  the least-squares ŷ with Cauchy(ŷ, γ), γ the maximum-likelihood scale of the training
                           residuals (one γ for every row)
@@ -46,7 +50,17 @@ import torch
 from torch import Tensor
 
 from ..core import cauchy
-from .evaluation import CALIBRATION_LEVELS, spearman
+from .metrics import (
+    CALIBRATION_LEVELS,
+    calibration_table,
+    check_level,
+    coverage,
+    log_score,
+    median_absolute_error,
+    spearman,
+    standardized_coverage,
+)
+from .tables import column_values
 
 FAMILIES = ("cauchy", "gaussian", "laplace")
 BOOSTING_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -64,9 +78,9 @@ def negative_log_density(family: str, value: Tensor, point: Tensor, scale: Tenso
     """``−log f(value)`` of the family's distribution at ``point``/``scale`` (broadcast; float64)."""
     _check_family(family)
     value, point, scale = value.double(), point.double(), scale.double()
-    z = (value - point) / scale
     if family == "cauchy":
-        return torch.log(math.pi * scale) + torch.log1p(z * z)
+        return cauchy.nll(value, point, scale)
+    z = (value - point) / scale
     if family == "gaussian":
         return 0.5 * torch.log(2 * math.pi * scale * scale) + 0.5 * z * z
     return torch.log(2 * scale) + z.abs()
@@ -75,8 +89,7 @@ def negative_log_density(family: str, value: Tensor, point: Tensor, scale: Tenso
 def half_width(family: str, level: float) -> float:
     """``h_p``: the central ``level`` interval of the family's standard form is ``[−h_p, h_p]``."""
     _check_family(family)
-    if not 0 < level < 1:
-        raise ValueError(f"interval level must lie strictly between 0 and 1, got {level}")
+    check_level(level)
     if family == "cauchy":
         return cauchy.interval_half_width(level)
     if family == "gaussian":
@@ -107,24 +120,25 @@ class Forecast:
 
 
 def forecast_figures(forecast: Forecast, value: Tensor, levels: Sequence[float] | None = None) -> dict[str, Any]:
-    """The figures of the module docstring for ``forecast`` against the true values ``value`` (R,)."""
-    value = value.double().reshape(-1)
+    """The figures of the module docstring for ``forecast`` against the true values ``value`` (R,), each formula
+    from `causal_qwen.evaluation.metrics`."""
+    value = value.double().reshape(-1)  # (R,)
     if forecast.point.numel() != value.numel():
         raise ValueError(f"the forecast has {forecast.point.numel()} rows, the true values {value.numel()}")
     error = (value - forecast.point).abs()  # (R,)
     figures: dict[str, Any] = {
         "count": int(value.numel()),
-        "mdae": float(error.quantile(0.5)),
-        "log_score": float(negative_log_density(forecast.family, value, forecast.point, forecast.scale).mean()),
+        "mdae": median_absolute_error(value, forecast.point),
+        "log_score": log_score(negative_log_density(forecast.family, value, forecast.point, forecast.scale)),
     }
     for level in (0.5, 0.9):
-        low, high = forecast.interval(level)
-        figures[f"coverage_{int(level * 100)}"] = float(((value >= low) & (value <= high)).double().mean())
+        figures[f"coverage_{int(level * 100)}"] = coverage(value, *forecast.interval(level))
     figures["scale_error_spearman"] = spearman(forecast.scale, error)
-    figures["calibration"] = [
-        {"nominal": float(p), "empirical": float((error <= half_width(forecast.family, p) * forecast.scale).double().mean())}
-        for p in (CALIBRATION_LEVELS if levels is None else levels)
-    ]
+    standardized_error = error / forecast.scale  # (R,)
+    figures["calibration"] = calibration_table(
+        lambda level: standardized_coverage(standardized_error, level, lambda p: half_width(forecast.family, p)),
+        CALIBRATION_LEVELS if levels is None else levels,
+    )
     figures["train_seconds"] = forecast.train_seconds
     figures["distribution"] = forecast.description
     return figures
@@ -133,14 +147,10 @@ def forecast_figures(forecast: Forecast, value: Tensor, levels: Sequence[float] 
 # ---------------------------------------------------------------------------------------------------------
 # The baselines
 # ---------------------------------------------------------------------------------------------------------
-def _targets(rows: Sequence[dict], target: str) -> Tensor:
-    return torch.tensor([float(row[target]) for row in rows], dtype=torch.float64)
-
-
 def fit_median(train: Sequence[dict], held_out: Sequence[dict], target: str) -> Forecast:
     """Training median with a Laplace scale b = mean |y_train − median|."""
     start = time.perf_counter()
-    y = _targets(train, target)  # (T,)
+    y = column_values(train, target)  # (T,)
     median = float(y.quantile(0.5))
     b = float((y - median).abs().mean())
     seconds = time.perf_counter() - start
@@ -149,6 +159,54 @@ def fit_median(train: Sequence[dict], held_out: Sequence[dict], target: str) -> 
                     torch.full((count,), max(b, 1e-12), dtype=torch.float64), {}, seconds,
                     f"Laplace(training median {median:.4g}, b = mean |y - median| = {b:.4g})")
 
+
+
+def fit_group_median(train: Sequence[dict], held_out: Sequence[dict], group: str, target: str) -> Forecast:
+    """Per value of the column ``group``: the training median of that group with its Laplace scale (mean absolute
+    deviation); a group the training rows never show gets the overall median and scale."""
+    start = time.perf_counter()
+    overall = fit_median(train, [None], target)
+    by_group: dict[str, list[float]] = {}
+    for row in train:
+        by_group.setdefault(row[group], []).append(float(row[target]))
+    fitted = {}
+    for name, values in by_group.items():
+        y = torch.tensor(values, dtype=torch.float64)
+        median = float(y.quantile(0.5))
+        fitted[name] = (median, max(float((y - median).abs().mean()), 1e-12))
+    default = (float(overall.point[0]), float(overall.scale[0]))
+    pairs = [fitted.get(row[group], default) for row in held_out]
+    seconds = time.perf_counter() - start
+    return Forecast("laplace", torch.tensor([p for p, _ in pairs], dtype=torch.float64),
+                    torch.tensor([b for _, b in pairs], dtype=torch.float64), {}, seconds,
+                    f"Laplace(training median of the row's {group}, b = that group's mean |y - median|)")
+
+
+def fit_last_value(train: Sequence[dict], held_out: Sequence[dict], order: str, target: str,
+                   group: str | None = None) -> Forecast:
+    """The last training value (in the order of the sortable column ``order``, per ``group`` when given): the naive
+    forecast of a series split in time. Laplace scale: the mean |y_t − y_{t−1}| of consecutive training values of
+    the group (the naive forecast's own one-step error); an unseen group gets the overall last value."""
+    start = time.perf_counter()
+    series: dict[Any, list[tuple[str, float]]] = {}
+    for row in train:
+        series.setdefault(row[group] if group else None, []).append((row[order], float(row[target])))
+    fitted = {}
+    for name, points in series.items():
+        values = torch.tensor([value for _, value in sorted(points, key=lambda p: p[0])], dtype=torch.float64)
+        step = float(values.diff().abs().mean()) if values.numel() > 1 else float("nan")
+        fitted[name] = (float(values[-1]), step)
+    steps = [step for _, step in fitted.values() if math.isfinite(step) and step > 0]
+    fallback_scale = sum(steps) / len(steps) if steps else 1.0
+    everything = sorted(((row[order], float(row[target])) for row in train), key=lambda p: p[0])
+    default = (everything[-1][1], fallback_scale)
+    pairs = [fitted.get(row[group] if group else None, default) for row in held_out]
+    pairs = [(point, scale if math.isfinite(scale) and scale > 0 else fallback_scale) for point, scale in pairs]
+    seconds = time.perf_counter() - start
+    per = f" of the row's {group}" if group else ""
+    return Forecast("laplace", torch.tensor([p for p, _ in pairs], dtype=torch.float64),
+                    torch.tensor([b for _, b in pairs], dtype=torch.float64), {}, seconds,
+                    f"Laplace(last training value{per} by {order}, b = mean |one-step change|)")
 
 # ---------------------------------------------------------------------------------------------------------
 # Least squares on a design matrix
@@ -231,7 +289,7 @@ def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], targ
     """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
     categories: dict[str, list[str]] = {}
     matrix, names = design_matrix(train, fields, categories)  # (R,F)
-    y = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)  # (R,)
+    y = column_values(train, target)  # (R,)
     beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
     residuals = y - matrix @ beta
     return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy_scale_mle(residuals),
@@ -246,15 +304,21 @@ def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: S
         raise ValueError(f"least squares family must be 'gaussian' or 'cauchy', got {family!r}")
     start = time.perf_counter()
     linear = fit_linear_baseline(list(train), fields, target)
+    return least_squares_forecast(linear, held_out, family, time.perf_counter() - start)
+
+
+def least_squares_forecast(linear: LinearBaseline, held_out: Sequence[dict], family: str,
+                           train_seconds: float = 0.0) -> Forecast:
+    """The forecast of a fitted ``linear`` baseline for the ``held_out`` rows: ``ŷ = Xβ`` with one scale for every
+    row, the rms training residual (``"gaussian"``) or the Cauchy maximum-likelihood scale (``"cauchy"``)."""
     if family == "gaussian":
         scale = linear.rms_residual
         description = f"Gaussian(least squares, sigma = rms training residual = {scale:.4g})"
     else:
         scale = linear.cauchy_scale
         description = f"Cauchy(least squares, gamma = ML scale of the training residuals = {scale:.4g})"
-    seconds = time.perf_counter() - start
     point = linear.predict(list(held_out))  # (R,)
-    return Forecast(family, point, torch.full_like(point, max(scale, 1e-12)), {}, seconds, description)
+    return Forecast(family, point, torch.full_like(point, max(scale, 1e-12)), {}, train_seconds, description)
 
 
 def fit_gradient_boosting(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
@@ -268,7 +332,7 @@ def fit_gradient_boosting(train: Sequence[dict], held_out: Sequence[dict], field
     categories: dict[str, list[str]] = {}
     matrix, _ = design_matrix(list(train), fields, categories)  # (T,F)
     held_matrix, _ = design_matrix(list(held_out), fields, categories)  # (R,F)
-    y = _targets(train, target).numpy()
+    y = column_values(train, target).numpy()
     predictions = []
     for q in BOOSTING_QUANTILES:
         model = HistGradientBoostingRegressor(loss="quantile", quantile=q, random_state=seed)

@@ -30,7 +30,6 @@ figures (the same `benchmarks/number_tables.py` applies to its three tables).
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import logging
 import shutil
@@ -42,26 +41,38 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from . import baselines
+from . import baselines, metrics
+from .tables import column_values, read_table, require_columns, split_rows
 
 logger = logging.getLogger(__name__)
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "seattle_weather_demo.yaml"
+REAL_DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "seattle_weather.yaml"
+# Everyday prompts the demo continues in every mode on a real base (``--base``): prose, a recipe, code, a date.
+REAL_PROMPTS = (
+    "The old lighthouse keeper climbed the stairs one last time and",
+    "To make a good cup of tea, you should",
+    "def fibonacci(n):",
+    "The meeting was moved from Monday to",
+)
+REAL_PROMPT_TOKENS = 24
+CAUSAL_SEEDS = (1, 2, 3)  # the token-scope individuals the real-base demo shows
 REPORT_FILE = "report.json"
 # Module constants read from DEMO_CONFIG on first use (`from causal_qwen.evaluation.demo import DEMO_TEMPLATE`).
 _CONFIG_CONSTANTS = {"DEMO_BASE": "model", "DEMO_DATA": "data", "DEMO_TEMPLATE": "template", "DEMO_TARGET": "target",
                      "DEMO_SPLIT_BY": "split_by", "DEMO_SPLIT_AT": "split_at"}
 
 
-def load_demo_config(path: str | Path = DEMO_CONFIG):
-    """The demo's `TrainConfig` from ``path`` (``ValueError`` when it lacks what the demo needs)."""
+def load_demo_config(path: str | Path = DEMO_CONFIG, base: str | None = None):
+    """The demo's `TrainConfig` from ``path``, its model replaced by ``base`` when given (the recipe then follows
+    that base); ``ValueError`` when it lacks what the demo needs."""
     from ..training.train_config import load_train_config
 
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"the demo reads its settings from {str(path)!r}, which does not exist (it ships in the "
                          "repository's examples/ folder); pass --config PATH")
-    config = load_train_config(path)
+    config = load_train_config(path, [f"model={base}"] if base is not None else [])
     missing = [key for key in ("template", "target", "split_by", "split_at") if getattr(config, key) is None]
     if missing:
         raise ValueError(f"{path}: the demo needs {', '.join(missing)} (the number it forecasts and the held-out days)")
@@ -95,10 +106,17 @@ ACCEPTANCE = {
 }
 
 
+def _training_setting(name: str) -> property:
+    """A read-only `DemoSettings` attribute: field ``name`` of its training config."""
+    return property(lambda settings: getattr(settings.training, name), doc=f"The training config's {name}.")
+
+
 @dataclass
 class DemoSettings:
     """What the demo runs: the training settings of ``config`` (`DEMO_CONFIG` by default), with the demo's own
-    options. ``quick``: a smoke run (a few steps, small evaluation subsets, the conversion compared with its base
+    options. ``base``: the model to convert instead of the config's (a Qwen folder, ``.gguf`` file or hub id;
+    with no ``config`` given, a real base reads `REAL_DEMO_CONFIG`, whose settings the pretrained recipe fills, and
+    the demo also writes `REAL_PROMPTS` in every mode). ``quick``: a smoke run (a few steps, small evaluation subsets, the conversion compared with its base
     on the three short prompts only; figures meaningless); ``max_steps`` and ``seed`` override the config's (a
     shorter run scales warm-up, logging and evaluation with it). ``device``, ``dtype``: where every stage runs and
     the dtype of the trained model in evaluation and generation (`resolve_device_and_dtype`; None: the automatic
@@ -107,7 +125,8 @@ class DemoSettings:
 
     out: Path = Path("demo_output")
     quick: bool = False
-    config: Path = DEMO_CONFIG
+    config: Path | None = None
+    base_model: str | None = None
     seed: int | None = None
     max_steps: int | None = None
     language_documents: int | None = None
@@ -116,8 +135,13 @@ class DemoSettings:
     dtype: Any = None
 
     def __post_init__(self) -> None:
+        from ..training.recipes import base_kind
+
         self.out = Path(self.out)
-        self.training = load_demo_config(self.config)
+        if self.config is None:
+            real = self.base_model is not None and base_kind(self.base_model) == "pretrained"
+            self.config = REAL_DEMO_CONFIG if real else DEMO_CONFIG
+        self.training = load_demo_config(self.config, self.base_model)
         if self.seed is None:
             self.seed = self.training.seed
         if self.max_steps is None:
@@ -133,33 +157,21 @@ class DemoSettings:
         self.device, self.dtype = resolve_device_and_dtype(self.device, self.dtype)
 
     # The parts of the config the stages use.
-    @property
-    def base(self) -> str:
-        return self.training.model
-
-    @property
-    def data(self) -> str:
-        return self.training.data
-
-    @property
-    def template(self) -> str:
-        return self.training.template
-
-    @property
-    def target(self) -> str:
-        return self.training.target
-
-    @property
-    def split_by(self) -> str:
-        return self.training.split_by
+    base = _training_setting("model")
+    data = _training_setting("data")
+    template = _training_setting("template")
+    target = _training_setting("target")
+    split_by = _training_setting("split_by")
+    batch_size = _training_setting("batch_size")
 
     @property
     def split_at(self) -> str:
         return str(self.training.split_at)
 
     @property
-    def batch_size(self) -> int:
-        return self.training.batch_size
+    def real_base(self) -> bool:
+        """Whether the base is a pretrained Qwen (its sentences are worth reading), not a random preset."""
+        return self.training.recipe == "pretrained"
 
     def training_overrides(self) -> dict[str, Any]:
         """`TrainConfig` fields of the demo's fine-tuning (model and output folder excluded): the config's, with
@@ -208,80 +220,44 @@ def prepare_output(out: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 # Baselines
 # ---------------------------------------------------------------------------------------------------------
-def read_table(data: str) -> list[dict[str, str]]:
-    """The CSV rows of ``data`` (a path or ``vega:NAME``) as dictionaries."""
-    from ..training.data import resolve_data_path
-
-    with resolve_data_path(data).open(encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def split_rows(rows: list[dict[str, str]], split_by: str, split_at: str) -> tuple[list[dict], list[dict]]:
-    """``(train, held_out)``: rows whose ``split_by`` value is < / >= ``split_at``, compared as numbers or dates
-    as training splits them (`causal_qwen.training.data.split_key`)."""
-    from ..training.data import split_key
-
-    key = split_key([row[split_by] for row in rows], split_at, split_by)
-    cut = key.parse_cut(split_at)
-    train = [row for row in rows if key(row[split_by]) < cut]
-    held_out = [row for row in rows if key(row[split_by]) >= cut]
-    if not train or not held_out:
-        raise ValueError(f"splitting by {split_by!r} at {split_at!r} leaves {len(train)} train / {len(held_out)} held-out rows")
-    return train, held_out
-
-
 def interval_shape(standardized_error: Tensor) -> dict[str, Any]:
-    """Whether the Cauchy interval *shape* fits the errors, whatever their width (`causal_qwen.evaluation.evaluation`).
-
-    ``tail_ratio = q90(z)/q50(z)`` of ``z = |y − loc|/scale`` (a Cauchy's own: 6.31), and the range of
-    factors c by which every scale could be multiplied to put both coverages in `COVERAGE_BANDS`
-    (``None``: no single factor can; the errors are lighter- or heavier-tailed than a Cauchy).
-    """
-    from .evaluation import CAUCHY_TAIL_RATIO, rescaling_range, tail_ratio
-
-    reachable = rescaling_range(standardized_error, COVERAGE_BANDS)
-    return {
-        "tail_ratio": tail_ratio(standardized_error),
-        "cauchy_tail_ratio": CAUCHY_TAIL_RATIO,
-        "rescaling_reaching_bands": list(reachable) if reachable is not None else None,
-    }
+    """`metrics.interval_shape` of ``z = |y − loc|/scale`` (R,) against `COVERAGE_BANDS`: the tail ratio q90(z)/q50(z)
+    (a Cauchy's own: 6.31) and the factors c by which every scale could be multiplied to put both coverages in
+    their bands (``None``: no single factor can; the errors are lighter- or heavier-tailed than a Cauchy)."""
+    return metrics.interval_shape(standardized_error, COVERAGE_BANDS)
 
 
 def baseline_metrics(train: list[dict], held_out: list[dict], fields: Sequence[str], target: str) -> dict[str, Any]:
     """MdAE of the training-median, linear and gradient-boosting baselines on the held-out rows (and their
-    predictions); the log score of the homoscedastic Cauchy around the linear fit (`causal_qwen.evaluation.baselines`).
-    Without scikit-learn the gradient-boosting figures are None."""
-    from .evaluation import standardized_coverage
-
-    y_train = torch.tensor([float(row[target]) for row in train], dtype=torch.float64)
-    y = torch.tensor([float(row[target]) for row in held_out], dtype=torch.float64)
-    median = float(y_train.quantile(0.5))  # the mean of the two middle values for an even count
+    predictions); the coverage and log score of the homoscedastic Cauchy around the linear fit
+    (`causal_qwen.evaluation.baselines`). Without scikit-learn the gradient-boosting figures are None."""
+    y = column_values(held_out, target)  # (R,)
+    median = baselines.fit_median(train, held_out, target)
     linear = baselines.fit_linear_baseline(train, fields, target)
-    linear_prediction = linear.predict(held_out)  # (R,)
-    z = (y - linear_prediction).abs() / linear.cauchy_scale  # (R,) standardised errors
-    homoscedastic = baselines.Forecast("cauchy", linear_prediction, torch.full_like(y, linear.cauchy_scale), {}, 0.0,
-                                       "Cauchy(least squares, ML scale of the training residuals)")
+    homoscedastic = baselines.least_squares_forecast(linear, held_out, "cauchy")
+    median_figures = baselines.forecast_figures(median, y)
+    linear_figures = baselines.forecast_figures(homoscedastic, y)
     try:
         boosting = baselines.forecast_figures(baselines.fit_gradient_boosting(train, held_out, fields, target), y)
     except ValueError as error:  # scikit-learn missing
         logger.warning("gradient-boosting baseline skipped: %s", error)
         boosting = None
     return {
-        "baseline_median_value": median,
-        "baseline_median_mdae": float((y - median).abs().quantile(0.5)),
-        "baseline_linear_mdae": float((y - linear_prediction).abs().quantile(0.5)),
+        "baseline_median_value": float(median.point[0]),  # the mean of the two middle values for an even count
+        "baseline_median_mdae": median_figures["mdae"],
+        "baseline_linear_mdae": linear_figures["mdae"],
         "baseline_linear_fields": list(fields),
         "baseline_linear_coefficients": dict(zip(linear.columns, linear.coefficients)),
         "baseline_linear_cauchy_scale": linear.cauchy_scale,
-        "baseline_linear_coverage_50": standardized_coverage(z, 0.5),
-        "baseline_linear_coverage_90": standardized_coverage(z, 0.9),
-        "baseline_linear_interval_shape": interval_shape(z),
-        "baseline_cauchy_homoscedastic_log_score": baselines.forecast_figures(homoscedastic, y)["log_score"],
+        "baseline_linear_coverage_50": linear_figures["coverage_50"],
+        "baseline_linear_coverage_90": linear_figures["coverage_90"],
+        "baseline_linear_interval_shape": interval_shape((y - homoscedastic.point).abs() / homoscedastic.scale),
+        "baseline_cauchy_homoscedastic_log_score": linear_figures["log_score"],
         "baseline_gradient_boosting_mdae": None if boosting is None else boosting["mdae"],
         "baseline_gradient_boosting_coverage_50": None if boosting is None else boosting["coverage_50"],
         "baseline_gradient_boosting_coverage_90": None if boosting is None else boosting["coverage_90"],
-        "_median_prediction": torch.full_like(y, median),
-        "_linear_prediction": linear_prediction,
+        "_median_prediction": median.point,
+        "_linear_prediction": homoscedastic.point,
         "_true": y,
     }
 
@@ -347,7 +323,8 @@ def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress
     log_file = out / "training" / "trainer_console.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
-        result = run_training(config, callbacks=[ProgressLines(progress, prefix="      ")])
+        result = run_training(config, callbacks=[ProgressLines(progress, prefix="      ")],
+                              report=lambda line: progress(f"      {line}"))  # recipe, cache, warm starts, intervals
     return result, config
 
 
@@ -463,13 +440,45 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
                         "individual_number": value})
     again = _generate(model, tokenizer, prompts[:1], individual=individual, **common)[0]
     records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
+    if not settings.real_base:
+        progress(f"      ({settings.base} is a random Qwen2: it learned this table's numbers, not language, so each line "
+                 "shows the number a mode writes; the words after it are noise)")
     for record in records:
         if "mode" in record:
             extra = f", this individual's number {record['individual_number']:.3g}" if "individual_number" in record else ""
-            progress(f"      [{record['mode']:>11}] {record['prompt']!r} -> {record['text']!r}   (true {record['true']:g}{extra})")
+            written = record["text"] if settings.real_base else _written_number(record)
+            progress(f"      [{record['mode']:>11}] {record['prompt']!r} -> {written!r}   (true {record['true']:g}{extra})")
     progress(f"      causal individual ε (first 4 of {individual.numel()}): "
              f"{[round(float(v), 3) for v in individual.reshape(-1)[:4]]}, replayed on {len(prompts)} days; "
              f"replaying it on the first day gives the same text: {records[-1]['replay_check']['same_text']}")
+    return records
+
+
+def _written_number(record: dict[str, Any]) -> str:
+    """The first number a generation wrote (as written), or a note that it wrote none."""
+    numbers = record.get("numbers") or []
+    if numbers:
+        first = numbers[0]
+        return first.get("text") or f"{first['value']:g}"
+    return "(no number)"
+
+
+def real_sentences(model, tokenizer, settings: DemoSettings, progress: Progress) -> list[dict]:
+    """`REAL_PROMPTS` continued in every mode on a real base: standard (the OvR decision), traditional (Qwen's
+    softmax, greedy), and causal with the individuals of `CAUSAL_SEEDS` (a fresh ε per token, each run replayable
+    from its seed)."""
+    prompts = list(REAL_PROMPTS)
+    runs = [("standard", {}), ("traditional", dict(temperature=0.0))]
+    runs += [(f"causal, seed {seed}", dict(mode="causal", seed=seed)) for seed in CAUSAL_SEEDS]
+    records = []
+    for label, options in runs:
+        options = {"mode": label if label in ("standard", "traditional") else "causal", **options}
+        for result in _generate(model, tokenizer, prompts, max_new_tokens=REAL_PROMPT_TOKENS, **options):
+            records.append({**_generation_record(result), "label": label})
+    for prompt in prompts:
+        progress(f"      {prompt!r}")
+        for record in (r for r in records if r["prompt"] == prompt):
+            progress(f"        [{record['label']:>15}] {record['text']!r}")
     return records
 
 
@@ -517,9 +526,7 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
     out = prepare_output(settings.out)
     fields = template_fields(settings.template)
     rows = read_table(settings.data)
-    missing = [name for name in fields + [settings.split_by] if rows and name not in rows[0]]
-    if missing:
-        raise ValueError(f"{settings.data}: fields {missing} of the template/split are not columns")
+    require_columns(rows, fields + [settings.split_by], settings.data)
     train_rows, held_out_rows = split_rows(rows, settings.split_by, settings.split_at)
     predictors = [name for name in fields if name != settings.target]
 
@@ -545,7 +552,7 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
     model = load_causal_model(result.final_dir, device=settings.device, dtype=settings.dtype).eval()
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
     documents = held_out_documents(settings)
-    true_values = torch.tensor([float(row[settings.target]) for row in held_out_rows], dtype=torch.float64)
+    true_values = column_values(held_out_rows, settings.target)  # (R,)
     evaluated = evaluate_model(model, tokenizer, documents, settings, true_values)
     stage("evaluate", begin)
 
@@ -572,6 +579,9 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
 
     tokenizer.number_min_decimals = decimals_written([str(row[settings.target]) for row in train_rows])
     report["generation"] = generate_examples(model, tokenizer, held_out_rows, settings, progress)
+    if settings.real_base:
+        progress(f"      everyday prompts, {REAL_PROMPT_TOKENS} tokens in each mode:")
+        report["sentences"] = real_sentences(model, tokenizer, settings, progress)
     stage("generate", begin)
 
     report["timings_s"] = timings

@@ -15,15 +15,16 @@ Language metrics, over the N target positions (each position weighs the same, as
     ovr_prob_sum           = mean_i Σ_k P_ik
 
 Number metrics, over the M positions whose target is ``<NUM>`` with value y (a Cauchy has no mean, so the
-point prediction is the median ``loc_Y``):
+point prediction is the median ``loc_Y``); the formulas live in `causal_qwen.evaluation.metrics`:
 
-    num_mdae     = median_j |y_j − loc_Y_j|
-    num_mape     = 100 · mean_{j: y_j ≠ 0} |y_j − loc_Y_j| / |y_j|
-    num_nll      = mean_j log(π·scale_Y_j) + log1p(((y_j − loc_Y_j)/scale_Y_j)²)
+    num_mdae      = median_absolute_error(y, loc_Y)
+    num_mape      = mean_absolute_percentage_error(y, loc_Y)           (over the y ≠ 0)
+    num_nll       = log_score(log(π·scale_Y) + log1p(((y − loc_Y)/scale_Y)²))
     num_log_score = num_nll  (the log score: mean negative log density of the true value, nats; lower is better)
-    coverage_p   = mean_j [ |y_j − loc_Y_j| ≤ scale_Y_j·tan(π·p/2) ]      (central p-interval)
-    num_scale_error_spearman = Spearman ρ(scale_Y_j, |y_j − loc_Y_j|)  (does a wider interval mean a larger
-                   error? NaN when every scale is equal)
+    coverage_p    = coverage(y, loc_Y ± scale_Y·tan(π·p/2))            (central p-interval)
+    num_scale_error_spearman = spearman(scale_Y, |y − loc_Y|)  (does a wider interval mean a larger error? NaN
+                    when every scale is equal)
+    num_tail_ratio = tail_ratio(z), z = |y − loc_Y| / scale_Y  (interval shape: 6.31 for Cauchy-shaped errors)
 
 The probability integral transform ``PIT_j = F_j(y_j) = ½ + atan((y_j − loc_Y_j)/scale_Y_j)/π`` is uniform on
 [0, 1] for a calibrated model (`NumberPredictions.pit`; the plots draw its histogram).
@@ -31,15 +32,6 @@ The probability integral transform ``PIT_j = F_j(y_j) = ½ + atan((y_j − loc_Y
 Calibration uses the *central rank* ``r_j = (2/π)·|atan((y_j − loc_Y_j)/scale_Y_j)|`` = ``|2F(y_j) − 1|``:
 ``y_j`` lies in the central p-interval iff ``r_j ≤ p``, so for a calibrated model ``r`` is uniform on [0, 1]
 and the empirical coverage at every nominal level p equals p.
-
-Interval shape. With the standardised errors ``z_j = |y_j − loc_Y_j| / scale_Y_j``:
-
-    num_tail_ratio = q90(z) / q50(z)        (Cauchy-shaped errors: tan(0.45π) = 6.31; Gaussian ones: 2.44)
-
-Multiplying every ``scale_Y`` by one factor c leaves this ratio alone, so it says whether miscalibration is
-a matter of width (fixable by c) or of shape: errors lighter-tailed than a Cauchy (ratio < 6.31) cannot have
-both a calibrated 50% and a calibrated 90% interval. `rescaling_range` finds every c that puts chosen
-coverages inside chosen bands (none, when the shape forbids it).
 
 Bits per byte of the raw text (`text_bits`, `qwen_text_bits`): one likelihood for two ways of reading
 numbers. Each text is scored as it is trained, on its own (a training document has no context token before
@@ -72,14 +64,22 @@ from torch import Tensor
 
 from ..core import cauchy, losses
 from ..core.decisions import causal_scores, constant_scale
-from ..progress import bar as progress_bar
 from ..core.row_blocks import row_blocks
+from ..progress import bar as progress_bar
+from .metrics import (
+    CALIBRATION_LEVELS,
+    calibration_table,
+    check_level,
+    coverage,
+    log_score,
+    mean_absolute_percentage_error,
+    median_absolute_error,
+    spearman,
+    tail_ratio,
+)
 
 logger = logging.getLogger(__name__)
 
-CALIBRATION_LEVELS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-# q90/q50 of |z| for z ~ Cauchy(0, 1): tan(π·0.9/2) / tan(π·0.5/2).
-CAUCHY_TAIL_RATIO = cauchy.interval_half_width(0.9) / cauchy.interval_half_width(0.5)
 METRIC_SETS = ("auto", "all", "language", "numbers")
 # Floats per (n, V) work tensor: 2**24 fp32 = 64 MiB; a chunk holds a handful of them.
 SCORE_ELEMENTS_PER_CHUNK = 1 << 24
@@ -162,133 +162,32 @@ class NumberPredictions:
         """Central ``coverage`` interval ``loc ± scale·tan(π·coverage/2)``: (M,), (M,)."""
         return cauchy.central_interval(self.loc, self.scale, coverage)
 
-
-# ---------------------------------------------------------------------------------------------------------
-# Metric formulas (pure functions, checked against hand-computed values in the tests)
-# ---------------------------------------------------------------------------------------------------------
-def median_absolute_error(value: Tensor, prediction: Tensor) -> float:
-    """``median |y − ŷ|`` (the mean of the two middle values for an even count)."""
-    errors = (value - prediction).abs().double()
-    if errors.numel() == 0:
-        return float("nan")
-    return float(errors.quantile(0.5))
-
-
-def mean_absolute_percentage_error(value: Tensor, prediction: Tensor) -> tuple[float, int]:
-    """``100·mean |y − ŷ|/|y|`` over the targets with ``y ≠ 0``, and how many targets that leaves."""
-    nonzero = value != 0
-    count = int(nonzero.sum())
-    if count == 0:
-        return float("nan"), 0
-    ratios = (value[nonzero] - prediction[nonzero]).abs() / value[nonzero].abs()
-    return float(100.0 * ratios.double().mean()), count
-
-
-def coverage(predictions: NumberPredictions, level: float) -> float:
-    """Fraction of the true values inside their central ``level`` interval."""
-    if not 0 < level < 1:
-        raise ValueError(f"coverage level must lie strictly between 0 and 1, got {level}")
-    if len(predictions) == 0:
-        return float("nan")
-    low, high = predictions.interval(level)
-    inside = (predictions.value >= low) & (predictions.value <= high)
-    return float(inside.double().mean())
-
-
-def standardized_coverage(standardized_error: Tensor, level: float) -> float:
-    """``mean_j [z_j ≤ tan(π·level/2)]``: the coverage of central ``level`` intervals, from ``z = |y − loc|/scale``."""
-    if not 0 < level < 1:
-        raise ValueError(f"coverage level must lie strictly between 0 and 1, got {level}")
-    return float((standardized_error <= cauchy.interval_half_width(level)).double().mean())
-
-
-def calibration_table(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> list[dict]:
-    """``[{"nominal": p, "empirical": coverage(p)}, …]`` for each nominal level."""
-    return [{"nominal": float(level), "empirical": coverage(predictions, level)} for level in levels]
-
-
-def tail_ratio(standardized_error: Tensor) -> float:
-    """``q90(z) / q50(z)`` of the standardised errors z (M,): 6.31 for Cauchy-shaped errors, 2.44 for Gaussian."""
-    if standardized_error.numel() == 0:
-        return float("nan")
-    q50, q90 = standardized_error.double().quantile(torch.tensor([0.5, 0.9], dtype=torch.float64))
-    return float(q90 / q50) if q50 > 0 else float("inf")
-
-
-def rescaling_range(standardized_error: Tensor, bands: dict[float, tuple[float, float]]) -> tuple[float, float] | None:
-    """Every factor c with ``low ≤ coverage_p(c) ≤ high`` for each ``p: (low, high)`` of ``bands``, where
-    ``coverage_p(c) = mean_j [z_j ≤ c·tan(π·p/2)]`` is the coverage after multiplying every scale by c.
-
-    Each coverage is a non-decreasing step function of c, so the factors that satisfy every band form one
-    interval; it is returned as ``(smallest, largest)`` of the step points inside it (exact: only at those
-    points does any coverage change), or None when no c satisfies every band.
-    """
-    z = standardized_error.double().flatten()  # (M,)
-    if z.numel() == 0:
-        raise ValueError("rescaling_range needs at least one standardised error")
-    for level, (low, high) in bands.items():
-        if not (0 < level < 1 and 0 <= low <= high <= 1):
-            raise ValueError(f"bad coverage band {level}: ({low}, {high})")
-    sorted_z = z.sort().values  # (M,)
-    half_widths = {level: cauchy.interval_half_width(level) for level in bands}
-    # coverage_p is constant on [b_k, b_{k+1}) between consecutive step points b = z_j / tan(π·p/2).
-    steps = torch.cat([torch.zeros(1, dtype=torch.float64), *(sorted_z / w for w in half_widths.values())]).unique()
-    steps = steps * (1 + 1e-12)  # (K,) just right of each step, so rounding in z/w·w cannot drop that step
-    ok = torch.ones_like(steps, dtype=torch.bool)  # (K,)
-    for level, (low, high) in bands.items():
-        covered = torch.searchsorted(sorted_z, steps * half_widths[level], right=True).double() / z.numel()  # (K,)
-        ok &= (covered >= low) & (covered <= high)
-    if not ok.any():
-        return None
-    inside = steps[ok]
-    return float(inside.min()), float(inside.max())
-
-
-def average_ranks(values: Tensor) -> Tensor:
-    """Ranks 1..M of ``values`` (M,), ties sharing the mean of their ranks (float64, (M,))."""
-    values = values.double().reshape(-1)
-    order = values.argsort(stable=True)  # (M,)
-    _, inverse, counts = torch.unique_consecutive(values[order], return_inverse=True, return_counts=True)
-    ends = counts.cumsum(0).double()  # (G,) the last rank of each group of ties
-    mean_rank = ends - (counts.double() - 1) / 2  # (G,)
-    ranks = torch.empty_like(values)
-    ranks[order] = mean_rank[inverse]
-    return ranks
-
-
-def spearman(a: Tensor, b: Tensor) -> float:
-    """Spearman's ρ: the Pearson correlation of the average ranks of ``a`` and ``b`` (M,) each. NaN with
-    fewer than two values or when either side is constant (no ranking to correlate)."""
-    a, b = a.double().reshape(-1), b.double().reshape(-1)
-    if a.numel() != b.numel():
-        raise ValueError(f"spearman needs equal lengths, got {a.numel()} and {b.numel()}")
-    if a.numel() < 2:
-        return float("nan")
-    ra, rb = average_ranks(a), average_ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denominator = float(ra.norm() * rb.norm())
-    return float((ra * rb).sum()) / denominator if denominator > 0 else float("nan")
+    def coverage(self, level: float) -> float:
+        """Fraction of the true values inside their central ``level`` interval (`metrics.coverage`)."""
+        check_level(level)
+        return coverage(self.value, *self.interval(level))
 
 
 def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CALIBRATION_LEVELS) -> dict[str, Any]:
-    """The number metrics of the module docstring for ``predictions`` (NaN when there are none)."""
+    """The number metrics of the module docstring for ``predictions`` (NaN when there are none), each formula
+    from `causal_qwen.evaluation.metrics`."""
     levels = tuple(levels)
     count = len(predictions)
     mape, mape_count = mean_absolute_percentage_error(predictions.value, predictions.loc)
-    nll = cauchy.nll(predictions.value, predictions.loc, predictions.scale)  # (M,)
+    score = log_score(cauchy.nll(predictions.value, predictions.loc, predictions.scale))  # mean over (M,)
     return {
         "num_count": count,
         "num_mdae": median_absolute_error(predictions.value, predictions.loc),
         "num_mape": mape,
         "num_mape_count": mape_count,
-        "num_nll": float(nll.mean()) if count else float("nan"),
-        "num_log_score": float(nll.mean()) if count else float("nan"),
+        "num_nll": score,
+        "num_log_score": score,
         "num_scale_error_spearman": spearman(predictions.scale, (predictions.value - predictions.loc).abs()),
         "num_median_scale": float(predictions.scale.quantile(0.5)) if count else float("nan"),
-        "coverage_50": coverage(predictions, 0.5),
-        "coverage_90": coverage(predictions, 0.9),
+        "coverage_50": predictions.coverage(0.5),
+        "coverage_90": predictions.coverage(0.9),
         "num_tail_ratio": tail_ratio(predictions.standardized_error()),
-        "calibration": calibration_table(predictions, levels) if count else [],
+        "calibration": calibration_table(predictions.coverage, levels) if count else [],
     }
 
 

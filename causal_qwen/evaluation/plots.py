@@ -130,7 +130,7 @@ def plot_calibration(series: Mapping[str, Tensor], path: str | Path, levels: Ite
     histogram over ``bins`` equal bins as a density (flat at 1 when calibrated; a hump in the middle: the
     intervals are too wide; a U: too narrow; a slope: the medians are biased).
     """
-    from .evaluation import CALIBRATION_LEVELS
+    from .metrics import CALIBRATION_LEVELS
 
     if not series:
         raise ValueError("plot_calibration needs at least one series of PIT values")

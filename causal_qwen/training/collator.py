@@ -90,7 +90,8 @@ def _as_list(values: Any) -> list:
 
 
 class NumericCollator:
-    """Pads ``input_ids``, ``numeric_values``, ``attention_mask`` and ``labels`` together.
+    """Pads ``input_ids``, ``numeric_values``, ``attention_mask`` and ``labels`` together (and
+    ``backbone_features`` (S_i,H) when the examples carry them: a feature cache).
 
     pad_token_id: id written at padding (it never reaches the loss: labels are ``-100`` there).
     padding_side: ``"right"`` for training; ``"left"`` for batched generation.
@@ -130,6 +131,12 @@ class NumericCollator:
             labels = ids if labels is None else torch.as_tensor(labels, dtype=torch.long)
             batch["labels"][row, span] = labels
         batch["labels"][batch["attention_mask"] == 0] = IGNORE_INDEX
+        if "backbone_features" in features[0]:  # a feature cache (`feature_cache`): zeros at padding
+            blocks = [feature["backbone_features"] for feature in features]
+            batch["backbone_features"] = blocks[0].new_zeros(len(blocks), width, blocks[0].shape[-1])  # (B,S,H)
+            for row, (block, length) in enumerate(zip(blocks, lengths)):
+                span = slice(0, length) if self.padding_side == "right" else slice(width - length, width)
+                batch["backbone_features"][row, span] = block
         return batch
 
     @staticmethod

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .recipes import RECIPE_NAMES, base_kind, describe_recipe, recipe_settings
+
 # Accepted for the Hugging Face spellings users know; mapped to the key named here.
 ALIASES = {
     "gradient_checkpointing": "activation_checkpointing",
@@ -39,7 +41,12 @@ class TrainConfig:
     tokenizer: str | None = None
     """Folder of a saved `NumericTokenizer`; default: the model folder's, or the offline Qwen2.5 one."""
     model_config: dict = field(default_factory=dict)
-    """`CausalQwenConfig` fields set when the model is built, e.g. ``{ovr_negatives: 2048}``."""
+    """`CausalQwenConfig` fields set when the model is built, e.g. ``{ovr_negatives: 2048}`` (merged over the
+    recipe's)."""
+    recipe: str = "auto"
+    """Where the settings this config leaves out (null below) come from: ``random`` (a random preset: everything
+    trains, fast), ``pretrained`` (a real Qwen: frozen backbone, heads at 1e-5, warm starts), or ``auto``: the
+    base's kind (`causal_qwen.training.recipes`). ``train`` prints the choice and what it set."""
 
     # ---- data ----------------------------------------------------------------------------------------------
     data: str | None = None
@@ -74,57 +81,72 @@ class TrainConfig:
 
     # ---- optimisation --------------------------------------------------------------------------------------
     seed: int = 42
-    max_steps: int = -1
-    """Optimizer steps; -1: ``num_train_epochs`` decides."""
+    max_steps: int | None = None
+    """Optimizer steps; -1: ``num_train_epochs`` decides; null: the recipe's (random 180, pretrained 300)."""
     num_train_epochs: float = 1.0
-    batch_size: int = 8
-    """Examples per process and micro-step."""
+    batch_size: int | None = None
+    """Examples per process and micro-step; null: the recipe's (random 64, pretrained 8)."""
     eval_batch_size: int | None = None
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-5
+    learning_rate: float | None = None
     """Learning rate of the causal heads (abduction, action's classification head, ``b_noise`` and the token noise,
-    learnable thresholds). Small: on real weights larger rates move the calibrated OvR decision (benchmarks/real_weights_finetune.py)."""
-    regression_learning_rate: float | None = 1e-3
-    """Learning rate of the regression head (``W_reg``, ``b_reg``); None: ``learning_rate``."""
-    backbone_learning_rate: float = 1e-5
-    numeric_embedding_learning_rate: float | None = 1e-3
-    """None: ``learning_rate``."""
+    learnable thresholds); null: the recipe's (random 3e-2; pretrained 1e-5: on real weights larger rates move the
+    calibrated OvR decision, benchmarks/real_weights_finetune.py)."""
+    regression_learning_rate: float | None = None
+    """Learning rate of the regression head (``W_reg``, ``b_reg``); null: the recipe's."""
+    backbone_learning_rate: float | None = None
+    """null: the recipe's."""
+    numeric_embedding_learning_rate: float | None = None
+    """null: the recipe's."""
     lora_learning_rate: float | None = None
     """Default: ``learning_rate``."""
     weight_decay: float = 0.0
     optim: str = "adamw_torch_fused"
     lr_scheduler_type: str = "cosine"
-    warmup_steps: float = 0.1
-    """Warm-up steps (int), or a fraction of the run (float in [0, 1))."""
+    warmup_steps: float | None = None
+    """Warm-up steps (int), or a fraction of the run (float in [0, 1)); null: the recipe's."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping."""
 
     # ---- what trains ---------------------------------------------------------------------------------------
-    freeze_backbone: bool = False
-    """Never update the Qwen2 backbone (embeddings, transformer, final norm)."""
+    freeze_backbone: bool | None = None
+    """Never update the Qwen2 backbone (embeddings, transformer, final norm); null: the recipe's (pretrained:
+    true)."""
     freeze_backbone_steps: int = 0
     """Keep the backbone (and LoRA adapters) fixed for the first N optimizer steps only."""
-    freeze_decision_scale: bool = True
+    freeze_decision_scale: bool | None = None
     """Keep the decision scale set at conversion (``W_scale``, ``b_scale``, ``b_noise``, ``γ_S``): calibrated on a
     real base it is ~1e-9 (``s``) and ~1e-4 (``γ_S``) logits, and one Adam step would move it by orders of magnitude
     (the standard decision and the sparsity of the OvR probabilities with it). ``false`` lets it train (the
-    random-weight demo does)."""
-    regression_warm_start: float | None = None
+    random recipe does); null: the recipe's."""
+    regression_warm_start: float | bool | None = None
     """Start the regression head at the ridge fit of the training numbers on the model's features, with this
     relative ridge ``λ`` (1e-3 is a good value), and the numbers' own noise at the fit's median absolute residual
-    (`causal_qwen.training.warm_start`); read once before the first step, not on resume. None: the converted
-    head (``N(0, 1/C)``)."""
-    num_token_warm_start: float | None = None
+    (`causal_qwen.training.warm_start`); read once before the first step, not on resume. false: the converted
+    head (``N(0, 1/C)``); null: the recipe's (pretrained 1e-2)."""
+    num_token_warm_start: float | bool | None = None
     """Start the classification head's ``<NUM>`` row at the softmax-likelihood fit of "is the next token a number"
     on the model's features, every other row fixed, with this ridge ``λ`` on standardised features (1e-3 is a
     good value; `causal_qwen.training.warm_start`); read in the same pass as the regression warm start. Needed on a
-    real base, whose ``<NUM>`` row is a reserved row Qwen never trained. None: the converted row."""
+    real base, whose ``<NUM>`` row is a reserved row Qwen never trained. false: the converted row; null: the
+    recipe's (pretrained 1e-3)."""
+    interval_check: float | bool | None = None
+    """Keep this fraction of the training rows (the latest ones when ``split_by`` is set, else a seeded pick) out
+    of training, and after training measure the number intervals on them: when their 50% coverage lies outside
+    the binomial band around 0.5, every ``scale_Y`` is multiplied by ``median |y − loc_Y| / scale_Y`` there
+    (``config.number_scale_factor`` of the saved model; ``train`` reports it). false: off; null: the recipe's
+    (0.1)."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
     lora_target_modules: list = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+
+    cache_backbone_features: bool | None = None
+    """Compute every example's backbone features once and train the heads on them (`feature_cache`): valid, and
+    used by default (null), when the backbone and the numeric embedding stay frozen for the whole run
+    (``freeze_backbone``, no LoRA, ``numeric_embedding_learning_rate: 0``) on one process; false: never."""
 
     # ---- hardware ------------------------------------------------------------------------------------------
     activation_checkpointing: bool = False
@@ -160,6 +182,9 @@ class TrainConfig:
             if not condition:
                 raise ValueError(f"{source}: {key} {message}, got {getattr(self, key)!r}")
 
+        need(self.recipe in ("auto", *RECIPE_NAMES), "recipe", f"must be auto, {' or '.join(RECIPE_NAMES)}")
+        self._apply_recipe()
+
         need(self.data is not None, "data", "is required (a training file or vega:NAME)")
         need(self.max_length >= 2, "max_length", "must be >= 2")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -175,13 +200,17 @@ class TrainConfig:
         need(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0")
         need(self.freeze_backbone_steps >= 0, "freeze_backbone_steps", "must be >= 0")
         need(not (self.lora and self.freeze_backbone), "lora", "cannot be combined with freeze_backbone")
+        need(not self.cache_backbone_features or self.features_stay_fixed(), "cache_backbone_features",
+             "needs a backbone and numeric embedding frozen for the whole run (freeze_backbone: true, "
+             "freeze_backbone_steps: 0, no lora, numeric_embedding_learning_rate: 0)")
         need(self.lora_r >= 1, "lora_r", "must be >= 1")
-        need(self.regression_warm_start is None or (math.isfinite(self.regression_warm_start)
-                                                    and self.regression_warm_start > 0),
-             "regression_warm_start", "must be a positive ridge or null")
-        need(self.num_token_warm_start is None or (math.isfinite(self.num_token_warm_start)
-                                                   and self.num_token_warm_start > 0),
-             "num_token_warm_start", "must be a positive ridge or null")
+        for key in ("regression_warm_start", "num_token_warm_start"):
+            value = getattr(self, key)
+            need(value is False or (not isinstance(value, bool) and math.isfinite(value) and value > 0), key,
+                 "must be a positive ridge, false or null")
+        need(self.interval_check is False or (not isinstance(self.interval_check, bool)
+                                               and 0 < self.interval_check < 0.5),
+             "interval_check", "must be a fraction in (0, 0.5), false or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")
@@ -202,6 +231,40 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def features_stay_fixed(self) -> bool:
+        """Whether no parameter before the heads trains: the backbone's features are the same at every step."""
+        return bool(self.freeze_backbone and not self.lora and self.numeric_embedding_learning_rate == 0)
+
+    def uses_feature_cache(self, processes: int = 1) -> bool:
+        """``cache_backbone_features`` resolved: as set, or (null) when the features stay fixed on one process."""
+        if self.cache_backbone_features is not None:
+            return self.cache_backbone_features
+        return self.features_stay_fixed() and processes == 1
+
+    def _apply_recipe(self) -> None:
+        """Fill every null recipe setting (and each ``model_config`` entry not given) from the recipe of
+        ``recipe`` (``auto``: the base's kind); ``recipe`` then names the one used and ``recipe_filled`` lists
+        what it set (`describe_recipe` turns both into the line ``train`` prints)."""
+        name = base_kind(self.model) if self.recipe == "auto" else self.recipe
+        filled = []
+        if self.lora and self.freeze_backbone is None:  # adapters train the backbone: never frozen under LoRA
+            self.freeze_backbone = False
+        for key, value in recipe_settings(name).items():
+            if key == "model_config":
+                for entry, entry_value in value.items():
+                    if entry not in self.model_config:
+                        self.model_config[entry] = entry_value
+                        filled.append(f"model_config.{entry}")
+            elif getattr(self, key) is None:
+                setattr(self, key, value)
+                filled.append(key)
+        self.recipe = name
+        self.recipe_filled = filled + [key for key in getattr(self, "recipe_filled", []) if key not in filled]
+
+    def recipe_line(self) -> str:
+        """What ``train`` prints about the recipe (after `validate`)."""
+        return describe_recipe(self.recipe, getattr(self, "recipe_filled", []), self.model)
 
 
 # ---- loading ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 from torch import Tensor, nn
+from torch.utils.data import Dataset
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
@@ -59,6 +61,8 @@ from .run_folder import (
     rotate_checkpoints,
     staging_path,
 )
+from .feature_cache import MAX_CACHE_BYTES, cache_features, cache_size_bytes
+from .interval_check import MIN_NUMBERS, IntervalCheckReport, check_intervals
 from .train_config import TrainConfig
 from .warm_start import warm_start
 from ..conversion.conversion import from_qwen
@@ -292,6 +296,7 @@ def read_split_documents(config: TrainConfig, report: Report | None = None) -> t
         skip_bad_rows=config.skip_bad_rows,
         text_unit=config.text_unit,
         split_by=config.split_by,
+        target=config.target,
     )
     documents = data_module.read_documents(source)
     if config.validation_data is not None:
@@ -317,6 +322,73 @@ def read_split_documents(config: TrainConfig, report: Report | None = None) -> t
     if config.max_eval_samples is not None:
         valid_docs = valid_docs[: config.max_eval_samples]
     return train_docs, valid_docs
+
+
+def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | None = None) -> tuple[list, list]:
+    """``(train, check)``: the ``interval_check`` fraction of the training documents kept out of training (the
+    latest ones when ``split_by`` is set and its values differ, else a seeded pick), or all of them and ``[]`` when
+    the check is off or the slice would hold fewer than `interval_check.MIN_NUMBERS` numbers
+    (`causal_qwen.training.interval_check`)."""
+    from ..core.numbers import find_numbers
+
+    if not config.interval_check or len(train_docs) < 2:
+        return train_docs, []
+    spec = data_module.SplitSpec(fraction=config.interval_check, split_by=config.split_by, seed=config.seed)
+    try:
+        kept, check = data_module.split_documents(train_docs, spec)
+    except ValueError:  # every training row shares one split value (a fold column): a seeded pick instead
+        spec = data_module.SplitSpec(fraction=config.interval_check, seed=config.seed)
+        kept, check = data_module.split_documents(train_docs, spec)
+    numbers = sum(1 if doc.target_ordinal is not None else len(find_numbers(doc.text)) for doc in check)
+    if numbers < MIN_NUMBERS:
+        return train_docs, []
+    message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
+               f"({data_module.describe_split(spec)}) to check the number intervals")
+    logger.info("%s", message)
+    if report is not None:
+        report(message)
+    return kept, check
+
+
+def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: list, pad_id: int,
+                       report: Report | None = None) -> IntervalCheckReport | None:
+    """`check_intervals` on the documents `keep_check_slice` kept out (None when there are none)."""
+    if not check_docs:
+        return None
+    dataset = tokenize_documents(check_docs, tokenizer, config.max_length, config.add_eos)
+    ordinals = [doc.target_ordinal for doc in check_docs]
+    if len(dataset) != len(check_docs) or any(ordinal is None for ordinal in ordinals):
+        ordinals = None  # every number of the slice
+    checked = check_intervals(model, dataset, NumericCollator(pad_token_id=pad_id),
+                              config.eval_batch_size or config.batch_size, ordinals)
+    if checked is not None and report is not None:
+        report(checked.line())
+    return checked
+
+
+def cached_datasets(model, config: TrainConfig, train: TokenizedDataset, valid: TokenizedDataset | None, pad_id: int,
+                    report: Report | None = None) -> tuple[Dataset, Dataset | None]:
+    """The datasets with their backbone features cached (`feature_cache`); as they were when the cache would pass
+    `MAX_CACHE_BYTES`."""
+    dtype = model.get_input_embeddings().weight.dtype
+    size = sum(cache_size_bytes(d, model.config.hidden_size, dtype) for d in (train, valid) if d is not None)
+    if size > MAX_CACHE_BYTES:
+        message = f"feature cache: {size / 2**30:.1f} GiB would pass {MAX_CACHE_BYTES / 2**30:.0f} GiB; the backbone runs every step"
+        logger.info("%s", message)
+        if report is not None:
+            report(message)
+        return train, valid
+    collator = NumericCollator(pad_token_id=pad_id)
+    batch_size = config.eval_batch_size or config.batch_size
+    started = time.perf_counter()
+    train = cache_features(model, train, collator, batch_size, report)
+    valid = cache_features(model, valid, collator, batch_size) if valid is not None else None
+    message = (f"feature cache: the frozen backbone read {len(train)} training examples once "
+               f"({size / 2**20:.0f} MiB, {time.perf_counter() - started:.0f} s); each step runs the heads alone")
+    logger.info("%s", message)
+    if report is not None:
+        report(message)
+    return train, valid
 
 
 def tokenize_datasets(
@@ -431,6 +503,7 @@ class TrainingResult:
     trained: bool = True
     resumed_from: str | None = None
     message: str | None = None
+    interval_check: IntervalCheckReport | None = None
 
 
 def _is_main_process() -> bool:
@@ -447,6 +520,7 @@ def run_training(
     checkpoint path. ``report`` receives one-line messages for the user (which checkpoint is resumed, the split
     sizes). Nothing in ``output_dir`` is deleted or overwritten before config and data have been checked, and
     the folder is locked while the run lasts."""
+    config.validate()  # fills what the config left to the recipe (idempotent)
     output_dir = check_output_dir(config.output_dir)
     lock = OutputLock(output_dir) if _is_main_process() else None
     with lock if lock is not None else contextlib.nullcontext():
@@ -479,19 +553,27 @@ def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
 def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallback], report: Report | None):
     """Check the data, build model and trainer, clear what a fresh start replaces, then train (or only write
     ``final/`` from a finished run's last checkpoint)."""
+    if report is not None:
+        report(config.recipe_line())
     train_docs, valid_docs = read_split_documents(config, report)
+    train_docs, check_docs = keep_check_slice(config, train_docs, report)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
+    if config.numeric_embedding_learning_rate == 0:  # frozen, not merely still: its gradients leave the clipping
+        freeze_groups(model, ["numeric_embedding"])
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = tokenizer.eos_token_id
+    if config.uses_feature_cache(int(os.environ.get("WORLD_SIZE", "1"))):
+        train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
     if plan.checkpoint is None and plan.final_from is None:  # a fresh start (a resumed run has its heads)
         warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
                    config.eval_batch_size or config.batch_size,
-                   regression_ridge=config.regression_warm_start, num_token_ridge=config.num_token_warm_start,
+                   regression_ridge=config.regression_warm_start or None,  # false: off
+                   num_token_ridge=config.num_token_warm_start or None,
                    progress=report)
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
@@ -527,6 +609,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     else:
         result = trainer.train(resume_from_checkpoint=plan.checkpoint)
         train_loss, trained_now = float(result.training_loss), True
+    checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, report if _is_main_process() else None)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,
@@ -538,6 +621,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         trained=trained_now,
         resumed_from=plan.checkpoint,
         message=plan.message,
+        interval_check=checked,
     )
 
 

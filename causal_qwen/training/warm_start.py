@@ -11,7 +11,11 @@ starts at the ridge solution
     [W_reg, b_reg] = argmin_{W,b}  Σ_m (W·x_m + b − y_m)²  +  M·λ·(‖X‖²_F/(M·C))·‖W‖²
 
 (``λ`` relative to the features' mean square, so one value fits every base), and the numbers' own noise, when the
-model has one, at ``γ_Y = median_m |residual_m|``: the median absolute deviation of a Cauchy equals its scale.
+model has one, at ``γ_Y = median_m |r_m|``, the median absolute deviation of a Cauchy being its scale, with ``r_m``
+the **out-of-fold** residuals: the targets cut into `FOLDS` contiguous blocks in the data's order (for a table
+split by date, periods of time), each block's residuals from the fit to the other blocks. In-sample residuals
+are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
+period will.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
 its learning rate per step, needs many steps to find this read-out (docs/design.md, "Fine-tuning a calibrated
 model"); fine-tuning then starts from it.
@@ -52,18 +56,20 @@ from ..core.losses import shift_targets
 logger = logging.getLogger(__name__)
 
 DEFAULT_RIDGE = 1e-3
+FOLDS = 5  # blocks of the out-of-fold residuals (fewer than 2·FOLDS targets: in-sample residuals)
 MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
 LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of positions at a time: (n,V) float32
 
 
 @dataclass
 class WarmStartReport:
-    """numbers: targets read; ridge: ``λ``; train_mdae: median |residual| on those targets (also ``γ_Y``);
-    seconds: wall time."""
+    """numbers: targets read; ridge: ``λ``; train_mdae: median |in-sample residual| on those targets;
+    out_of_fold_mdae: median |out-of-fold residual| (``γ_Y``); seconds: wall time."""
 
     numbers: int
     ridge: float
     train_mdae: float
+    out_of_fold_mdae: float
     seconds: float
 
     def to_dict(self) -> dict:
@@ -139,8 +145,9 @@ def read_positions(
         batch = {key: value.to(device) for key, value in batch.items() if isinstance(value, Tensor)}
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
         out = model(input_ids=ids, numeric_values=numbers, attention_mask=mask, use_cache=False,
-                    return_scores=False)  # features only: no cache, no V-wide scores
-        targets = shift_targets(ids, numbers.double(), mask)
+                    return_scores=False,  # features only: no cache, no V-wide scores
+                    backbone_features=batch.get("backbone_features"))  # a feature cache, when training has one
+        targets = shift_targets(batch.get("labels", ids), numbers.double(), mask)  # the loss's targets
         is_number = targets.token_ids == num_id  # (N,)
         causal_size = out.loc_U.shape[-1]
         loc_U = out.loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
@@ -176,6 +183,23 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
     gram = centred.T @ centred + penalty * eye  # (C,C)
     weight = torch.linalg.solve(gram, centred.T @ (values - mean_y))  # (C,)
     return weight, mean_y - mean_x @ weight
+
+
+def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds: int = FOLDS) -> Tensor:
+    """``r_m = ŷ_m − y_m`` (M,) where ``ŷ_m`` comes from the ridge fit to the other of ``folds`` contiguous blocks
+    (the module docstring); the in-sample residuals when there are fewer than ``2·folds`` targets."""
+    count = len(values)
+    if count < 2 * folds:
+        weight, bias = ridge_fit(features, values, ridge)
+        return features @ weight + bias - values
+    residuals = torch.empty_like(values)  # (M,)
+    edges = [round(count * k / folds) for k in range(folds + 1)]
+    for start, stop in zip(edges[:-1], edges[1:]):
+        rest = torch.ones(count, dtype=torch.bool, device=values.device)
+        rest[start:stop] = False
+        weight, bias = ridge_fit(features[rest], values[rest], ridge)
+        residuals[start:stop] = features[start:stop] @ weight + bias - values[start:stop]
+    return residuals
 
 
 def offset_logistic_nats(
@@ -266,7 +290,8 @@ def warm_start(
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
         if progress is not None:
             progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}, median "
-                     f"absolute residual {regression.train_mdae:.4g} ({regression.seconds:.0f} s)")
+                     f"absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} out "
+                     f"of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
     if num_token_ridge is not None and not bool(positions.next_is_number.any()):
         message = (f"<NUM> warm start: no number follows any of the {len(positions.next_is_number)} positions read; "
                    "the <NUM> row keeps its converted values")
@@ -286,17 +311,17 @@ def _start_regression(model, positions: TrainingPositions, ridge: float, read_se
     started = time.perf_counter()
     features, values = positions.number_features, positions.number_values
     weight, bias = ridge_fit(features, values, ridge)
-    residual = (features @ weight + bias - values).abs()  # (M,)
+    in_sample = float((features @ weight + bias - values).abs().median())
+    spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
     head = model.action.regression_head
     with torch.no_grad():
         head.weight.copy_(weight.reshape(head.weight.shape).to(head.weight.dtype))
         head.bias.copy_(bias.reshape(head.bias.shape).to(head.bias.dtype))
         noise = model.action.number_noise
-        spread = float(residual.median())
         if noise is not None and spread > 0:
             noise.weight.zero_()
             noise.bias.fill_(inverse_softplus(spread))
-    report = WarmStartReport(numbers=len(values), ridge=ridge, train_mdae=spread,
+    report = WarmStartReport(numbers=len(values), ridge=ridge, train_mdae=in_sample, out_of_fold_mdae=spread,
                              seconds=read_seconds + time.perf_counter() - started)
     logger.info("regression warm start: %s", report.to_dict())
     return report

@@ -1,0 +1,121 @@
+"""The interval check: the width of the number intervals measured on training rows the model never trained on,
+and rescaled when it is off.
+
+Shape legend: M numbers read (one per document with a target, else every number).
+
+Why: a scale learned on the rows the location was fitted to is optimistic, the more so when the held-out rows
+lie later in time than the training rows (drift). So training keeps a slice of its rows out (``interval_check``:
+the latest ones when the split is by a column such as a date, else a seeded pick), and after training reads the
+model's predictive Cauchy ``(loc_Y, scale_Y)`` at every number of that slice (the target field's number when the
+config names a target). With ``z_m = (y_m − loc_Y,m) / scale_Y,m``, a calibrated Cauchy has ``median |z| = 1``
+(half of its mass lies within one scale of its median), so
+
+    f = median_m |z_m|
+
+is the factor that makes the slice's 50% intervals ``loc_Y ± scale_Y`` cover half of it. It is applied
+(``number_scale_factor ← f·number_scale_factor``, every ``scale_Y`` then multiplied by it) when the slice's
+50% coverage lies outside ``0.5 ± 2·√(0.25/M)``, the band two binomial standard deviations wide, so a slice
+that agrees with the intervals leaves them as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from ..core.losses import shift_targets
+
+logger = logging.getLogger(__name__)
+
+MIN_NUMBERS = 8  # fewer numbers in the slice: too few to tell a width (the check is skipped)
+
+
+@dataclass
+class IntervalCheckReport:
+    """numbers: ``M``; coverage_50/_90 before and after; factor: ``f``; rescaled: whether it was applied;
+    scale_factor: the model's ``number_scale_factor`` afterwards."""
+
+    numbers: int
+    coverage_50_before: float
+    coverage_90_before: float
+    factor: float
+    rescaled: bool
+    coverage_50_after: float
+    coverage_90_after: float
+    scale_factor: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        what = (f"intervals rescaled by {self.factor:.3g}" if self.rescaled
+                else f"intervals kept (factor {self.factor:.3g} within the band)")
+        return (f"interval check on {self.numbers} numbers of training rows kept out of training: 50% / 90% "
+                f"coverage {self.coverage_50_before:.2f} / {self.coverage_90_before:.2f}; {what}; now "
+                f"{self.coverage_50_after:.2f} / {self.coverage_90_after:.2f}")
+
+
+def central_coverage(standardized_error: Tensor, level: float) -> float:
+    """Share of ``|z|`` within the central ``level`` interval of a standard Cauchy, ``tan(π·level/2)``."""
+    return float((standardized_error.abs() <= math.tan(math.pi * level / 2)).double().mean())
+
+
+@torch.no_grad()
+def standardized_errors(model, dataset, collator, batch_size: int, target_ordinals: list[int | None] | None) -> Tensor:
+    """``z = (y − loc_Y) / scale_Y`` (M,) float64 at the numbers of ``dataset``: per document the number with
+    index ``target_ordinals[d]`` among its numbers, or every number when ``target_ordinals`` is None."""
+    num_id = model.config.num_token_id
+    device = model.action.regression_head.weight.device
+    was_training = model.training
+    model.eval()
+    errors, document = [], 0
+    try:
+        for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator):
+            batch = {key: value.to(device) for key, value in batch.items()}
+            out = model(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"],
+                        attention_mask=batch["attention_mask"], use_cache=False, return_scores=False)
+            is_number = batch["labels"][:, 1:] == num_id  # (B,S-1) the next token is <NUM>
+            ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1) index of that number in its document
+            value = batch["numeric_values"][:, 1:].double()  # (B,S-1)
+            loc, scale = out.loc_Y[:, :-1].double(), out.scale_Y[:, :-1].double()  # (B,S-1) each
+            keep = is_number
+            if target_ordinals is not None:
+                rows = target_ordinals[document : document + len(is_number)]
+                wanted = torch.tensor([-1 if r is None else r for r in rows], device=device)  # (B,)
+                keep = keep & (ordinal == wanted[:, None])
+            errors.append(((value - loc) / scale)[keep])
+            document += len(is_number)
+    finally:
+        model.train(was_training)
+    return torch.cat(errors) if errors else torch.zeros(0, dtype=torch.float64)
+
+
+def check_intervals(model, dataset, collator, batch_size: int,
+                    target_ordinals: list[int | None] | None = None) -> IntervalCheckReport | None:
+    """Measure the intervals on ``dataset`` (the slice kept out) and rescale them as the module docstring says;
+    None (nothing changed) when the slice holds fewer than `MIN_NUMBERS` numbers."""
+    z = standardized_errors(model, dataset, collator, batch_size, target_ordinals)  # (M,)
+    z = z[torch.isfinite(z)]
+    if z.numel() < MIN_NUMBERS:
+        logger.info("interval check: %d numbers in the slice, fewer than %d: skipped", z.numel(), MIN_NUMBERS)
+        return None
+    factor = float(z.abs().median())
+    before_50, before_90 = central_coverage(z, 0.5), central_coverage(z, 0.9)
+    band = 2 * math.sqrt(0.25 / z.numel())
+    rescaled = abs(before_50 - 0.5) > band and factor > 0
+    config = model.config
+    if rescaled:
+        config.number_scale_factor = float(config.number_scale_factor * factor)
+        z = z / factor
+    report = IntervalCheckReport(
+        numbers=int(z.numel()), coverage_50_before=before_50, coverage_90_before=before_90, factor=factor,
+        rescaled=rescaled, coverage_50_after=central_coverage(z, 0.5), coverage_90_after=central_coverage(z, 0.9),
+        scale_factor=float(config.number_scale_factor),
+    )
+    logger.info("interval check: %s", report.to_dict())
+    return report

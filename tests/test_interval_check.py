@@ -1,0 +1,88 @@
+"""The interval check (`causal_qwen.training.interval_check`) and the default recipe of a four-key config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from causal_qwen import from_qwen
+from causal_qwen.training.collator import NumericCollator, TokenizedDataset
+from causal_qwen.training.interval_check import central_coverage, check_intervals, standardized_errors
+
+from .conftest import SMALL_NUM_ID, small_qwen
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def numbers_dataset(values: list[float]) -> TokenizedDataset:
+    """One short document per value: ``w <NUM>=v w``."""
+    return TokenizedDataset([{"input_ids": [5, SMALL_NUM_ID, 7], "numeric_values": [0.0, v, 0.0]} for v in values])
+
+
+def test_too_narrow_intervals_are_widened_to_half_coverage_and_good_ones_kept():
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    values = (torch.randn(200, generator=generator) * 1e4).tolist()  # far wider than scale_Y
+    data, collator = numbers_dataset(values), NumericCollator(pad_token_id=0)
+    narrow = standardized_errors(model, data, collator, batch_size=32, target_ordinals=None)
+    assert narrow.numel() == 200 and central_coverage(narrow, 0.5) < 0.3
+
+    report = check_intervals(model, data, collator, batch_size=32)
+    assert report is not None and report.rescaled and report.numbers == 200
+    assert report.factor == pytest.approx(float(narrow.abs().median()))
+    assert model.config.number_scale_factor == pytest.approx(report.factor)
+    assert abs(report.coverage_50_after - 0.5) <= 0.006  # within one number of 200
+    again = standardized_errors(model, data, collator, batch_size=32, target_ordinals=None)  # the model itself
+    assert central_coverage(again, 0.5) == pytest.approx(report.coverage_50_after)
+
+    kept = check_intervals(model, data, collator, batch_size=32)  # now calibrated on this slice: left alone
+    assert kept is not None and not kept.rescaled and kept.factor == pytest.approx(1.0, abs=0.05)
+    assert model.config.number_scale_factor == pytest.approx(report.factor)
+    assert check_intervals(model, numbers_dataset(values[:5]), collator, batch_size=8) is None  # too few numbers
+    wide = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e3)
+    narrowed = check_intervals(wide, numbers_dataset((torch.randn(100, generator=generator)).tolist()), collator, 32)
+    assert narrowed is not None and narrowed.rescaled and narrowed.factor < 0.1  # too wide: narrowed
+    assert narrowed.coverage_50_before > 0.9 and abs(narrowed.coverage_50_after - 0.5) <= 0.011
+
+
+def test_target_ordinals_pick_one_number_per_document():
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1.0)
+    two = TokenizedDataset([{"input_ids": [5, SMALL_NUM_ID, 6, SMALL_NUM_ID], "numeric_values": [0.0, 1.0, 0.0, 2.0]}
+                            for _ in range(3)])
+    collator = NumericCollator(pad_token_id=0)
+    every = standardized_errors(model, two, collator, batch_size=2, target_ordinals=None)
+    second = standardized_errors(model, two, collator, batch_size=2, target_ordinals=[1, 1, 1])
+    assert every.numel() == 6 and second.numel() == 3
+    torch.testing.assert_close(second, every[1::2])
+
+
+def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_path):
+    """data, template, target and split only (plus where to write and, to keep the test short, three steps): the
+    random recipe fills the rest, says so, keeps the latest training rows for the interval check and saves a model
+    whose number_scale_factor is what the check decided."""
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    rows = ["day,reading"] + [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{20 + 5 * math.sin(i / 9):.1f}"
+                              for i in range(120)]
+    (tmp_path / "readings.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    config_file = tmp_path / "four.yaml"
+    config_file.write_text(
+        f"data: {tmp_path / 'readings.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
+        "target: reading\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
+    config = load_train_config(config_file, [f"output_dir={tmp_path / 'run'}", "max_steps=3", "report_to=none",
+                                             "progress_bar=false", "eval_steps=0", "save_steps=0"])
+    assert config.recipe == "random" and config.batch_size == 64 and config.interval_check == 0.1
+    lines: list[str] = []
+    result = run_training(config, report=lines.append)
+    assert any(line.startswith("recipe: random (base random:tiny); from the recipe:") for line in lines), lines
+    kept = [line for line in lines if line.startswith("interval check: ")]
+    assert kept and "of the 84 training documents kept out" in kept[0], lines
+    checked = [line for line in lines if line.startswith("interval check on ")]
+    assert checked and result.interval_check is not None and result.interval_check.numbers >= 8, lines
+    saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
+    assert result.global_step == 3
