@@ -275,6 +275,7 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
     from causal_qwen.training.train_config import TrainConfig
     from causal_qwen.training.training import run_training
 
+    workdir.mkdir(parents=True, exist_ok=True)
     data_file = workdir / f"{table.name}.jsonl"
     data_file.write_text("".join(json.dumps(row) + "\n" for row in table.rows), encoding="utf-8")
     # The split a user would write: by the time column where the table is split in time, else by the fold.

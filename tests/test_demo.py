@@ -46,6 +46,55 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
     replayed = [r for r in report["generation"] if r.get("replayed_individual")]
     assert len(replayed) == 3 and all(r["individual"] == replayed[0]["individual"] for r in replayed)
     assert report["generation"][-1]["replay_check"]["same_text"] is True
+    # the random model's words are labelled as noise, and each line shows the number it wrote
+    assert "random:tiny is a random Qwen2: it learned this table's numbers, not language" in printed
+    shown = [line for line in printed.splitlines() if line.strip().startswith("[   standard]")]
+    assert shown and all("-> '" in line for line in shown)
+    assert "sentences" not in report  # real sentences only on a real base
+
+
+def test_quick_demo_on_a_pretrained_base_writes_sentences_in_every_mode(tmp_path, capsys):
+    """``causal-qwen demo --base FOLDER --out OUT``: a base that is not a random preset (here a small Qwen2 folder
+    with the real vocabulary) takes the real-weights example, the pretrained recipe (frozen backbone, features
+    cached once, both warm starts) and continues the everyday prompts in every mode."""
+    from causal_qwen.cli import main
+
+    from .conftest import small_qwen
+
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    base = tmp_path / "qwen-folder"
+    small_qwen(tied=True, vocab_size=151936).save_pretrained(base)
+    with pytest.raises(ValueError, match="holds no tokenizer"):  # a folder without one is refused, not read as empty
+        demo.convert_and_verify(demo.DemoSettings(out=tmp_path / "x", base_model=str(base)), tmp_path / "x", print)
+    NumericTokenizer.default().save_pretrained(base)  # a real Qwen folder carries its tokenizer
+    out = tmp_path / "demo_real"
+    assert main(["demo", "--base", str(base), "--out", str(out), "--quick", "--steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert f"recipe: pretrained (base {out / 'converted'}); from the recipe:" in printed
+    assert "feature cache: the frozen backbone read" in printed and "regression warm start:" in printed
+    assert "everyday prompts, 24 tokens in each mode:" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert report["base"] == str(base) and report["training"]["steps"] == 2
+    labels = {record["label"] for record in report["sentences"]}
+    assert labels == {"standard", "traditional", "causal, seed 1", "causal, seed 2", "causal, seed 3"}
+    assert {record["prompt"] for record in report["sentences"]} == set(demo.REAL_PROMPTS)
+    standard = {r["prompt"]: r["text"] for r in report["sentences"] if r["label"] == "standard"}
+    greedy = {r["prompt"]: r["text"] for r in report["sentences"] if r["label"] == "traditional"}
+    assert standard == greedy  # the calibrated standard decision is the base's greedy one
+
+
+def test_demo_settings_follow_the_base(tmp_path):
+    """--base: a random preset keeps the tiny demo's settings; a real base reads the real-weights example with the
+    pretrained recipe (the model replaced, everything else as the example and the recipe say)."""
+    tiny = demo.DemoSettings(out=tmp_path / "a", base_model="random:tiny")
+    assert tiny.config == demo.DEMO_CONFIG and not tiny.real_base and tiny.base == "random:tiny"
+    real = demo.DemoSettings(out=tmp_path / "b", base_model="/models/qwen2.5-0.5b.gguf")
+    assert real.config == demo.REAL_DEMO_CONFIG and real.real_base and real.base == "/models/qwen2.5-0.5b.gguf"
+    assert real.training.freeze_backbone and real.training.uses_feature_cache()
+    assert "freeze_backbone" in real.training.recipe_filled
+    default = demo.DemoSettings(out=tmp_path / "c")
+    assert default.config == demo.DEMO_CONFIG and default.base == "random:tiny"
 
 
 def test_demo_refuses_an_unwritable_output_folder(tmp_path, capsys):

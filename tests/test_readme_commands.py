@@ -43,6 +43,7 @@ GENERATE_TEST = "tests/test_text_generation.py::test_cli_json_equals_generate"
 REPLAY_TEST = "tests/test_generation.py::test_cli_generate_json_and_individual_replay"
 RUN_ELSEWHERE = {
     "run.sh demo": DEMO_TEST,
+    "causal-qwen demo --base --out": "tests/test_demo.py::test_quick_demo_on_a_pretrained_base_writes_sentences_in_every_mode",
     "causal-qwen convert --base --out": "tests/test_compare.py::test_convert_cli_writes_loadable_folder",
     "causal-qwen generate --max-new-tokens --mode=standard --model": GENERATE_TEST,
     "causal-qwen generate --max-new-tokens --mode=traditional --model --temperature": GENERATE_TEST,
@@ -277,6 +278,7 @@ def test_readme_training_config_is_valid(tmp_path):
     config = load_train_config(path)  # every key exists and every value is valid
     columns = re.search(r"# columns: (.*)", config_text).group(1).split(", ")
     assert template_fields(config.template) == columns and config.split_by in columns
+    assert config.recipe == "pretrained" and config.freeze_backbone and config.uses_feature_cache()  # as the README says
 
 
 def test_readme_python_names_exist():

@@ -22,6 +22,9 @@ from .conversion import check_qwen_folder, folder_model_type, from_qwen
 from .devices import resolve_device_and_dtype
 from .hub import check_hub_id, looks_like_hub_id
 
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # a fast tokenizer's file, or a slow one's vocabulary
+
+
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
     """The `NumericTokenizer` of a base: the offline Qwen2.5 tokenizer for presets and model objects,
     else the tokenizer stored with the base."""
@@ -34,6 +37,9 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
         return NumericTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     if path.is_dir() and gguf_file is None:
         check_qwen_folder(path)
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ValueError(f"Qwen folder {str(path)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the "
+                             "base's tokenizer there (tokenizer.save_pretrained) before converting it")
     if not path.exists() and looks_like_hub_id(os.fspath(base)):
         check_hub_id(os.fspath(base))
     return NumericTokenizer.from_pretrained(os.fspath(base), gguf_file=gguf_file)

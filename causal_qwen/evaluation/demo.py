@@ -319,6 +319,7 @@ def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress
     from ..training.training import run_training
 
     config = TrainConfig(model=str(converted), output_dir=str(out / "training"), **settings.training_overrides())
+    config.recipe_filled = list(settings.training.recipe_filled)  # what the recipe set in the demo's own config
     config.validate("demo settings")
     log_file = out / "training" / "trainer_console.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -283,6 +283,13 @@ def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalL
 Report = Callable[[str], None]
 
 
+def tell(message: str, report: Report | None) -> None:
+    """Log ``message`` and give it to ``report`` (the user's console in ``causal-qwen train``) when there is one."""
+    logger.info("%s", message)
+    if report is not None:
+        report(message)
+
+
 def read_split_documents(config: TrainConfig, report: Report | None = None) -> tuple[list, list]:
     """The training and validation `Document`s of ``config`` (read and split; no tokenizer needed), so that a
     data error shows before a model is loaded or anything in ``output_dir`` changes. ``report`` gets the
@@ -316,9 +323,7 @@ def read_split_documents(config: TrainConfig, report: Report | None = None) -> t
     if config.max_eval_samples is not None and len(valid_docs) > config.max_eval_samples:
         how += f"; evaluating the first {config.max_eval_samples}"
     message = f"data: {len(train_docs)} training and {len(valid_docs)} validation documents ({how})"
-    logger.info("%s", message)
-    if report is not None:
-        report(message)
+    tell(message, report)
     if config.max_eval_samples is not None:
         valid_docs = valid_docs[: config.max_eval_samples]
     return train_docs, valid_docs
@@ -344,9 +349,7 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
         return train_docs, []
     message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
                f"({data_module.describe_split(spec)}) to check the number intervals")
-    logger.info("%s", message)
-    if report is not None:
-        report(message)
+    tell(message, report)
     return kept, check
 
 
@@ -374,9 +377,7 @@ def cached_datasets(model, config: TrainConfig, train: TokenizedDataset, valid: 
     size = sum(cache_size_bytes(d, model.config.hidden_size, dtype) for d in (train, valid) if d is not None)
     if size > MAX_CACHE_BYTES:
         message = f"feature cache: {size / 2**30:.1f} GiB would pass {MAX_CACHE_BYTES / 2**30:.0f} GiB; the backbone runs every step"
-        logger.info("%s", message)
-        if report is not None:
-            report(message)
+        tell(message, report)
         return train, valid
     collator = NumericCollator(pad_token_id=pad_id)
     batch_size = config.eval_batch_size or config.batch_size
@@ -385,9 +386,7 @@ def cached_datasets(model, config: TrainConfig, train: TokenizedDataset, valid: 
     valid = cache_features(model, valid, collator, batch_size) if valid is not None else None
     message = (f"feature cache: the frozen backbone read {len(train)} training examples once "
                f"({size / 2**20:.0f} MiB, {time.perf_counter() - started:.0f} s); each step runs the heads alone")
-    logger.info("%s", message)
-    if report is not None:
-        report(message)
+    tell(message, report)
     return train, valid
 
 
@@ -527,9 +526,7 @@ def run_training(
         plan = plan_run(output_dir, config.max_steps, resume, config.overwrite_output_dir,
                         final_name=FINAL_DIR, outputs=(FINAL_DIR, ADAPTER_DIR), started_marker=CONFIG_FILE)
         if plan.message:
-            logger.info("%s", plan.message)
-            if report is not None:
-                report(plan.message)
+            tell(plan.message, report)
         if plan.finished and plan.final_from is None:
             clear_for_run(plan, output_dir)  # a run killed after publishing final/ may leave an empty .staging/
             return _finished_result(config, plan)
@@ -553,8 +550,7 @@ def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
 def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallback], report: Report | None):
     """Check the data, build model and trainer, clear what a fresh start replaces, then train (or only write
     ``final/`` from a finished run's last checkpoint)."""
-    if report is not None:
-        report(config.recipe_line())
+    tell(config.recipe_line(), report)
     train_docs, valid_docs = read_split_documents(config, report)
     train_docs, check_docs = keep_check_slice(config, train_docs, report)
     set_seed(config.seed)
