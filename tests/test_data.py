@@ -226,7 +226,8 @@ def test_recipe_fills_what_the_config_leaves_out_by_the_kind_of_base(tmp_path):
     four = "data: x.csv\ntemplate: 'a {a} b {b}'\ntarget: b\nsplit_by: a\nsplit_at: 3\n"
     random_run = load_train_config(write(tmp_path / "r.yaml", four + "model: random:tiny\n"))
     assert random_run.recipe == "random" and random_run.freeze_backbone is False
-    assert random_run.learning_rate == 3e-2 and random_run.regression_warm_start is False
+    assert random_run.learning_rate == 3e-2 and random_run.regression_warm_start == 1.0
+    assert random_run.num_token_warm_start is False  # a random base's <NUM> row is no worse than any other
     real = load_train_config(write(tmp_path / "p.yaml", four + "model: qwen.gguf\nlearning_rate: 2e-5\n"))
     assert real.recipe == "pretrained" and real.freeze_backbone is True and real.learning_rate == 2e-5
     assert real.regression_warm_start == 1e-2 and real.num_token_warm_start == 1e-3 and real.interval_check == 0.1

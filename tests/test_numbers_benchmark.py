@@ -146,6 +146,41 @@ def test_quick_run_prints_every_figure(bench, capsys, tmp_path):
     assert set(result["acceptance"]) == set(bench.TABLE_NAMES)
 
 
+def test_group_median_and_last_value_by_hand():
+    train = [{"g": "a", "t": "2020-01", "y": "1"}, {"g": "a", "t": "2020-03", "y": "3"},
+             {"g": "a", "t": "2020-02", "y": "7"}, {"g": "b", "t": "2020-01", "y": "10"}]
+    held = [{"g": "a", "t": "2020-04", "y": "4"}, {"g": "b", "t": "2020-04", "y": "9"},
+            {"g": "c", "t": "2020-04", "y": "0"}]
+    grouped = baselines.fit_group_median(train, held, "g", "y")
+    assert grouped.point.tolist() == [3.0, 10.0, 5.0]  # medians of a (1, 3, 7), b (10), and overall (1, 3, 7, 10)
+    assert grouped.scale.tolist() == [2.0, 1e-12, 3.25]  # mean |y - median| per group (b: one value, none)
+    last = baselines.fit_last_value(train, held, "t", "y", group="g")
+    assert last.point.tolist() == [3.0, 10.0, 3.0]  # a's latest (2020-03), b's, and the overall latest
+    assert last.scale.tolist() == [5.0, 5.0, 5.0]  # a: |7-1|, |3-7| -> 5; b has one value: the mean of the others
+    ungrouped = baselines.fit_last_value(train, held, "t", "y")
+    assert ungrouped.point.tolist() == [3.0] * 3
+
+
+def test_unseen_tables_quick_run(bench, capsys, tmp_path):
+    """--unseen: the unseen tables with the default recipe, the per-group median and the last value where the
+    table has a category and a time split, and the issue's acceptance keys (figures meaningless in a smoke run)."""
+    assert bench.main(["--unseen", "stocks,la-riots", "--quick", "--json", "--workdir", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["tables"] == {} and set(result["unseen"]) == {"stocks", "la-riots"}
+    stocks, riots = result["unseen"]["stocks"], result["unseen"]["la-riots"]
+    for model in ("causal_qwen", "median", "least_squares", "gradient_boosting", "cauchy_homoscedastic",
+                  "group_median", "last_value"):
+        assert math.isfinite(stocks[model]["mdae"]), model
+    assert "group_median" in riots and "last_value" not in riots  # a random split has no last value
+    assert stocks["causal_qwen"]["recipe"] == "random"
+    assert set(stocks["acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
+    assert set(result["unseen_acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
+    assert "stocks: recipe: random" in captured.err
+    with pytest.raises(SystemExit):
+        bench.main(["--unseen", "no-such-table"])
+
+
 def test_real_set_is_checked_before_any_work(bench, capsys, tmp_path):
     """--real-set needs --real-base, and a wrong key fails at once (exit 2), not after the tables' minutes."""
     with pytest.raises(SystemExit) as stopped:

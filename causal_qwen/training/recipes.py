@@ -5,7 +5,11 @@ the config does not give comes from the recipe of the base's kind.
 
 ``random`` — a randomly initialised preset (``random:tiny``, the embedded default): the base knows nothing to
 keep, so everything trains, the heads fast (3e-2) and the backbone ten times slower, and the decision scale
-learns the numbers' spread. Measured on Seattle's weather, cars and barley (docs/benchmarks.md, "Numbers").
+learns the numbers' spread. The regression head starts at its ridge fit (`warm_start`) with a strong relative
+ridge (1): Adam moves ``b_reg`` by about its rate per step, 0.18 in 180 steps at 1e-3, so without the start a
+target in the thousands (a payroll, a generation in GWh) is never reached, and a weak ridge (1e-2) overfits the
+tiny model's random features (docs/benchmarks.md, "Tables nobody tuned for": 4, 5 and 6 of 9 tables below their
+median without a start, at 1e-2 and at 1).
 
 ``pretrained`` — a real Qwen2/Qwen2.5 base: the backbone and the numeric embedding stay frozen and the heads move
 at 1e-5, so general text keeps its perplexity (×1.001 after 60 steps); the regression head and the ``<NUM>`` row
@@ -37,7 +41,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         warmup_steps=10,
         freeze_backbone=False,
         freeze_decision_scale=False,
-        regression_warm_start=False,
+        regression_warm_start=1.0,
         num_token_warm_start=False,
         interval_check=0.1,
     ),
