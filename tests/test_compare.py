@@ -116,3 +116,9 @@ def test_cli_errors_name_the_problem(capsys, tmp_path):
     assert "unknown preset" in capsys.readouterr().err
     assert main(["convert", "--base", str(tmp_path), "--out", str(tmp_path / "x")]) == 2
     assert "holds no Qwen2 model" in capsys.readouterr().err
+    # a name that is no file, folder, preset or hub id, and a .gguf path that does not exist: one line each, no
+    # attempt to reach the hub
+    assert main(["convert", "--base", "nosuchbase", "--out", str(tmp_path / "y")]) == 2
+    assert "is not a preset (random:tiny" in capsys.readouterr().err
+    assert main(["convert", "--base", str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "z")]) == 2
+    assert "GGUF file" in capsys.readouterr().err and not (tmp_path / "z").exists()

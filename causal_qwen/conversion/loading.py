@@ -40,9 +40,21 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
             raise ValueError(f"Qwen folder {str(path)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the "
                              "base's tokenizer there (tokenizer.save_pretrained) before converting it")
-    if not path.exists() and looks_like_hub_id(os.fspath(base)):
-        check_hub_id(os.fspath(base))
+    if not path.exists():
+        check_missing_base(os.fspath(base))
     return NumericTokenizer.from_pretrained(os.fspath(base), gguf_file=gguf_file)
+
+
+def check_missing_base(name: str) -> None:
+    """For a base that is no existing file or folder: return when it is a reachable hub id, else ``ValueError`` in
+    one line saying what was expected (a ``.gguf`` name that does not exist is a path, never a hub id)."""
+    if name.endswith(".gguf"):
+        raise ValueError(f"GGUF file {name!r} does not exist: point model / --base at your .gguf file "
+                         "(python scripts/fetch_real_qwen.py fetches Qwen2.5-Coder-0.5B-Instruct and prints its path)")
+    if not looks_like_hub_id(name):
+        raise ValueError(f"base {name!r} is not a preset ({', '.join(presets.preset_names())}), an existing file or "
+                         "folder, or a hub id (owner/name)")
+    check_hub_id(name)
 
 
 def check_causal_qwen_folder(path: Path) -> None:
