@@ -147,12 +147,16 @@ def forecast_figures(forecast: Forecast, value: Tensor, levels: Sequence[float] 
 # ---------------------------------------------------------------------------------------------------------
 # The baselines
 # ---------------------------------------------------------------------------------------------------------
+def laplace_fit(y: Tensor) -> tuple[float, float]:
+    """``(median, b)`` of y (T,): the Laplace's maximum-likelihood location and scale ``b = mean |y − median|``."""
+    median = float(y.quantile(0.5))
+    return median, float((y - median).abs().mean())
+
+
 def fit_median(train: Sequence[dict], held_out: Sequence[dict], target: str) -> Forecast:
     """Training median with a Laplace scale b = mean |y_train − median|."""
     start = time.perf_counter()
-    y = column_values(train, target)  # (T,)
-    median = float(y.quantile(0.5))
-    b = float((y - median).abs().mean())
+    median, b = laplace_fit(column_values(train, target))
     seconds = time.perf_counter() - start
     count = len(held_out)
     return Forecast("laplace", torch.full((count,), median, dtype=torch.float64),
@@ -165,17 +169,13 @@ def fit_group_median(train: Sequence[dict], held_out: Sequence[dict], group: str
     """Per value of the column ``group``: the training median of that group with its Laplace scale (mean absolute
     deviation); a group the training rows never show gets the overall median and scale."""
     start = time.perf_counter()
-    overall = fit_median(train, [None], target)
     by_group: dict[str, list[float]] = {}
     for row in train:
         by_group.setdefault(row[group], []).append(float(row[target]))
-    fitted = {}
-    for name, values in by_group.items():
-        y = torch.tensor(values, dtype=torch.float64)
-        median = float(y.quantile(0.5))
-        fitted[name] = (median, max(float((y - median).abs().mean()), 1e-12))
-    default = (float(overall.point[0]), float(overall.scale[0]))
+    fitted = {name: laplace_fit(torch.tensor(values, dtype=torch.float64)) for name, values in by_group.items()}
+    default = laplace_fit(column_values(train, target))
     pairs = [fitted.get(row[group], default) for row in held_out]
+    pairs = [(median, max(b, 1e-12)) for median, b in pairs]
     seconds = time.perf_counter() - start
     return Forecast("laplace", torch.tensor([p for p, _ in pairs], dtype=torch.float64),
                     torch.tensor([b for _, b in pairs], dtype=torch.float64), {}, seconds,

@@ -6,7 +6,7 @@ When the backbone and the numeric embedding are frozen (the pretrained recipe), 
 ``z = Qwen2Model(embed(x) + φ(v)).last_hidden_state`` never change during training. One forward pass computes
 them; every optimizer step then runs the causal heads alone (`CausalQwenForCausalLM.forward(backbone_features=)`),
 so a step costs what the heads cost: on 2 CPU cores, milliseconds instead of the seconds a 0.5B backbone takes per
-batch. The loss, the gradients and the trained heads are those of the uncached run (tests/test_feature_cache.py).
+batch. The loss, the gradients and the trained heads are those of the uncached run (tests/test_training.py).
 The cache lives in memory, in the backbone's dtype: ``Σ_i S_i · H`` numbers (about 140 MB for 1,000 sentences of
 40 tokens on a 0.5B base); past `MAX_CACHE_BYTES` training runs the backbone at every step as usual.
 """
@@ -65,10 +65,9 @@ def cache_features(model, dataset: Dataset, collator, batch_size: int,
         for index, batch in enumerate(loader):
             if progress is not None and index % max(1, total // 10) == 0:
                 progress(f"feature cache: batch {index + 1} of {total}")
-            ids = batch["input_ids"].to(device)
-            embeds = model.embed(ids, batch["numeric_values"].to(device))  # (B,S,H)
             mask = batch["attention_mask"].to(device)
-            features = model.model(inputs_embeds=embeds, attention_mask=mask, use_cache=False).last_hidden_state
+            features = model(input_ids=batch["input_ids"].to(device), numeric_values=batch["numeric_values"].to(device),
+                             attention_mask=mask, use_cache=False, return_scores=False).features  # (B,S,H)
             for row, length in enumerate(mask.sum(dim=1).tolist()):  # right padding: the first `length` are real
                 blocks.append(features[row, :length].clone())  # (S_i,H)
     finally:

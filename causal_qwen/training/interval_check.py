@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ..core.losses import shift_targets
+from ..core.cauchy import interval_half_width
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class IntervalCheckReport:
 
 def central_coverage(standardized_error: Tensor, level: float) -> float:
     """Share of ``|z|`` within the central ``level`` interval of a standard Cauchy, ``tan(π·level/2)``."""
-    return float((standardized_error.abs() <= math.tan(math.pi * level / 2)).double().mean())
+    return float((standardized_error.abs() <= interval_half_width(level)).double().mean())
 
 
 @torch.no_grad()
