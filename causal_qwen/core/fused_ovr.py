@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -234,6 +235,22 @@ def _num_token_probability(
 # ----------------------------------------------------------------------------------------------------------
 
 
+class _SliceInputs(NamedTuple):
+    """What the slice loop reads, in the order `_FusedOvrFunction` takes them; the first six are the
+    differentiable ones (the order of ``needs`` and of `_SliceGrads`). ``weight``, ``bias`` and ``threshold`` hold
+    every vocabulary row, or only the sampled ones (U+m rows) under sampled negatives."""
+
+    loc_U: Tensor  # (N,C)
+    decision_scale: Tensor  # (N,C)
+    weight: Tensor  # (V,C)
+    bias: Tensor | None  # (V,)
+    threshold: Tensor  # () or (V,)
+    token_noise: Tensor  # () γ
+    target_ids: Tensor  # (N,) long, each target's row of ``weight``
+    row_weights: Tensor  # (N,) w_i
+    column_weights: Tensor | None  # (V,) c_k of the sampled rows; None: every row counts once
+
+
 @dataclass
 class _SliceGrads:
     """Gradient accumulators (compute dtype, ∂W in the weight's dtype) filled slice by slice; None where no
@@ -402,39 +419,30 @@ def _accumulate_slice_grads(
 
 
 def _run_slices(
-    loc_U: Tensor,
-    decision_scale: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    threshold: Tensor,
-    token_noise: Tensor,
-    target_ids: Tensor,
-    row_weights: Tensor,
-    column_weights: Tensor | None,
-    chunk_size: int,
-    needs: tuple[bool, ...],
+    inputs: _SliceInputs, chunk_size: int, needs: tuple[bool, ...]
 ) -> tuple[Tensor, Tensor, _SliceGrads | None]:
     """Per-position loss ℓ (N,), log P of each target (N,) and the gradients of ``Σ_i w_i·ℓ_i`` w.r.t. the
     inputs flagged in ``needs`` (loc_U, decision_scale, weight, bias, threshold, token_noise), one vocabulary slice
     at a time."""
+    loc_U, weight, bias, threshold = inputs.loc_U, inputs.weight, inputs.bias, inputs.threshold
     num_positions, vocab = loc_U.shape[0], weight.shape[0]
     device, dtype = loc_U.device, compute_dtype(loc_U)
-    loc_c, scale_c = loc_U.to(dtype), decision_scale.to(dtype)  # (N,C)
+    loc_c, scale_c = loc_U.to(dtype), inputs.decision_scale.to(dtype)  # (N,C)
     shift = -threshold.to(dtype).expand(vocab)  # (V,)  b − t
     if bias is not None:
         shift = shift + bias.to(dtype)
-    noise_c = token_noise.detach().to(dtype)  # () γ
+    noise_c = inputs.token_noise.detach().to(dtype)  # () γ
     grads = _allocate_grads(needs, loc_c, weight, bias, threshold)
     loss = torch.zeros(num_positions, dtype=dtype, device=device)  # (N,)
     target_log_prob = torch.zeros(num_positions, dtype=dtype, device=device)  # (N,)
     chunk = max(1, min(chunk_size, vocab))
     workspace = _Workspace.allocate(num_positions, chunk, loc_c.shape[1], loc_c, cast_rows=weight.dtype != dtype)
-    rows_w = row_weights.to(dtype)
-    cols_w = column_weights.to(dtype) if column_weights is not None else None
+    rows_w = inputs.row_weights.to(dtype)  # (N,)
+    cols_w = inputs.column_weights.to(dtype) if inputs.column_weights is not None else None  # (V,)
     for start in range(0, vocab, chunk):
         stop = min(start + chunk, vocab)
         _process_slice(
-            start, stop, loc_c, scale_c, noise_c, weight, shift, target_ids, rows_w, cols_w, workspace, loss,
+            start, stop, loc_c, scale_c, noise_c, weight, shift, inputs.target_ids, rows_w, cols_w, workspace, loss,
             target_log_prob, grads,
         )
     return loss, target_log_prob, grads
@@ -449,26 +457,20 @@ class _FusedOvrFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx,
-        loc_U: Tensor,
-        decision_scale: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        threshold: Tensor,
-        token_noise: Tensor,
-        target_ids: Tensor,
-        row_weights: Tensor,
-        column_weights: Tensor | None,
-        chunk_size: int,
+        ctx, chunk_size: int, *flat_inputs: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        inputs = (loc_U, decision_scale, weight, bias, threshold, token_noise, target_ids, row_weights, column_weights)
-        loss, target_log_prob, grads = _run_slices(*inputs, chunk_size, ctx.needs_input_grad)
+        """``flat_inputs``: the fields of `_SliceInputs` in order, one argument each so that autograd sees every
+        tensor. → the reduced loss (), ℓ (N,) and log P of each target (N,)."""
+        inputs = _SliceInputs(*flat_inputs)
+        loss, target_log_prob, grads = _run_slices(inputs, chunk_size, ctx.needs_input_grad[1:])
         ctx.grads = grads
         ctx.chunk_size = chunk_size
-        ctx.input_dtypes = (loc_U.dtype, decision_scale.dtype, threshold.dtype, token_noise.dtype)
+        ctx.input_dtypes = (
+            inputs.loc_U.dtype, inputs.decision_scale.dtype, inputs.threshold.dtype, inputs.token_noise.dtype
+        )
         if grads is not None:
             ctx.save_for_backward(*inputs)  # references only: used if backward runs a second time
-        reduced = (row_weights * loss).sum()  # ()
+        reduced = (inputs.row_weights * loss).sum()  # ()
         ctx.mark_non_differentiable(loss, target_log_prob)
         return reduced, loss, target_log_prob
 
@@ -477,7 +479,7 @@ class _FusedOvrFunction(torch.autograd.Function):
         grads: _SliceGrads | None = ctx.grads
         ctx.grads = None  # hand the tensors over so autograd can take ∂W without a copy
         if grads is None:
-            grads = _run_slices(*ctx.saved_tensors, ctx.chunk_size, ctx.needs_input_grad)[2]
+            grads = _run_slices(_SliceInputs(*ctx.saved_tensors), ctx.chunk_size, ctx.needs_input_grad[1:])[2]
         assert grads is not None
         loc_dtype, scale_dtype, threshold_dtype, noise_dtype = ctx.input_dtypes
         unit = bool((grad_loss == 1).all())
@@ -489,16 +491,16 @@ class _FusedOvrFunction(torch.autograd.Function):
             return out if dtype is None else out.to(dtype)
 
         return (
+            None,  # chunk_size
             scaled(grads.loc_U, loc_dtype),
             scaled(grads.scale, scale_dtype),
             scaled(grads.weight),
             scaled(grads.bias),
             scaled(grads.threshold, threshold_dtype),
             scaled(grads.token_noise, noise_dtype),
-            None,
-            None,
-            None,
-            None,
+            None,  # target_ids
+            None,  # row_weights
+            None,  # column_weights
         )
 
 
@@ -576,15 +578,15 @@ def fused_ovr_loss(
         head_bias = bias.index_select(0, sampled.rows) if bias is not None else None  # (U+m,)
         head_threshold = threshold.index_select(0, sampled.rows) if threshold.dim() else threshold
         targets, column_weights = sampled.target_columns, sampled.column_weights
-    inputs = (
+    inputs = _SliceInputs(
         loc_U, decision_scale, head_weight, head_bias, head_threshold, token_noise, targets, row_weights, column_weights
     )
     if _needs_gradients(inputs[:6]):
-        loss, per_position, target_log_prob = _FusedOvrFunction.apply(*inputs, chunk_size)
+        loss, per_position, target_log_prob = _FusedOvrFunction.apply(chunk_size, *inputs)
     else:
         # No graph will be built (torch.no_grad / inference_mode, or nothing requires a gradient): the loss
         # only, with no gradient accumulators and no gradient products per slice.
-        per_position, target_log_prob, _ = _run_slices(*inputs, chunk_size, (False,) * 6)
+        per_position, target_log_prob, _ = _run_slices(inputs, chunk_size, (False,) * 6)
         loss = (row_weights * per_position).sum()  # ()
     p_num = None
     if num_token_id is not None:
