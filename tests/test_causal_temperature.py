@@ -40,19 +40,26 @@ def hand_built(weight, bias, scale_U: float, b_noise=0.0, token_noise: float = 1
     return SimpleNamespace(abduction=abduction, action=action, ovr_thresholds=thresholds)
 
 
-# Two tokens driven by one component in opposite directions: token 0 wins iff Δ + τ s c > −τ s c, c standard Cauchy,
-# so f_0(τ) = ½ + atan(Δ/(2τs))/π, which equals the softmax's p_0 = sigmoid(Δ) at τ* = Δ / (2 s tan(π(p_0 − ½))).
+# Two tokens driven by one component in opposite directions: token 0 wins iff Δ + τρ s c > −τρ s c, c standard Cauchy,
+# ρ = ρ(Δ) the spread factor, so f_0(τ) = ½ + atan(Δ/(2τρs))/π. With ρ(Δ) = (π/4)·Δ/tan((π/2)·tanh(Δ/2)) this equals
+# the softmax's p_0 = sigmoid(Δ) at τ* = 2/(π s) whatever Δ is (tan(π(p_0 − ½)) = tan((π/2)·tanh(Δ/2))).
 DELTA, SCALE_U = 1.5, 0.01
 
 
-def two_tokens():
-    model = hand_built([[1.0], [-1.0]], [DELTA, 0.0], SCALE_U)
-    features = torch.zeros(128, 1)  # every position alike: l = (Δ, 0)
+def two_tokens(margins=(DELTA,)):
+    """Positions whose logits are (Δ, 0), 128 of them spread over ``margins`` (loc_U = z: b_cls = 0, z = Δ/2)."""
+    model = hand_built([[1.0], [-1.0]], [0.0, 0.0], SCALE_U)
+    per = 128 // len(margins)
+    features = torch.cat([torch.full((per, 1), margin / 2) for margin in margins])  # l = (Δ/2, −Δ/2)
     return model, features
 
 
-def two_token_frequency(temperature: float) -> float:
-    return 0.5 + math.atan(DELTA / (2 * temperature * SCALE_U)) / math.pi
+def spread(margin: float) -> float:
+    return (math.pi / 4) * margin / math.tan((math.pi / 2) * math.tanh(margin / 2))
+
+
+def two_token_frequency(temperature: float, margin: float = DELTA) -> float:
+    return 0.5 + math.atan(margin / (2 * temperature * spread(margin) * SCALE_U)) / math.pi
 
 
 def test_two_tokens_cross_entropy_follows_the_closed_form():
@@ -74,23 +81,23 @@ def test_two_tokens_cross_entropy_follows_the_closed_form():
 @pytest.mark.parametrize("objective", ct.OBJECTIVES)
 def test_two_tokens_calibration_recovers_the_temperature_that_matches_the_softmax(objective):
     """With two tokens both objectives are met exactly where f_0 = p_0: the surprisal E_f[−log p] equals H(p) there
-    (and only there, since it moves monotonically with f_0), and the cross-entropy reaches its bound."""
-    model, features = two_tokens()
-    p0 = torch.sigmoid(torch.tensor(DELTA, dtype=torch.float64)).item()
-    expected = DELTA / (2 * SCALE_U * math.tan(math.pi * (p0 - 0.5)))  # τ* ≈ 48.3
+    (and only there, since it moves monotonically with f_0), and the cross-entropy reaches its bound. The spread
+    factor makes that one τ* = 2/(π s) for positions of different margins at once."""
+    model, features = two_tokens(margins=(0.3, DELTA, 4.0))
+    expected = 2 / (math.pi * SCALE_U)  # τ* ≈ 63.7
     options = dict(draws=512, seed=0, objective=objective)
     fit = ct.calibrate_causal_temperature(model, features, **options)
     assert fit.temperature == pytest.approx(expected, rel=0.08) and fit.objective == objective
     assert fit.cross_entropy == pytest.approx(fit.softmax_entropy, abs=5e-3)  # f = p is reachable here
     assert fit.surprisal == pytest.approx(fit.softmax_entropy, abs=0.02)
-    assert fit.positions == 128 and fit.draws == 512
+    assert fit.positions == 126 and fit.draws == 512
     assert fit.grid[0] == 0.0 and fit.grid == sorted(fit.grid) and len(fit.grid) == len(fit.grid_cross_entropy)
     if objective == "cross_entropy":
         assert fit.cross_entropy == min(fit.grid_cross_entropy)
     again = ct.calibrate_causal_temperature(model, features, **options)
     assert again.temperature == fit.temperature and again.grid_cross_entropy == fit.grid_cross_entropy
     # scale-free: a 1000x smaller individual spread moves τ by 1000x
-    small = hand_built([[1.0], [-1.0]], [DELTA, 0.0], SCALE_U / 1000)
+    small = hand_built([[1.0], [-1.0]], [0.0, 0.0], SCALE_U / 1000)
     assert ct.calibrate_causal_temperature(small, features, **options).temperature == pytest.approx(
         1000 * fit.temperature, rel=1e-3
     )
@@ -121,7 +128,7 @@ def test_zero_temperature_chooses_the_standard_decision_at_every_draw():
     assert not torch.equal(standard, logits.argmax(dim=-1))  # the scales matter here
     candidates = ct.CandidateDraws.draw(model, features, draws=64, top=6, generator=torch.Generator().manual_seed(1))
     counts = candidates.counts(0.0)  # (N,K)
-    ids = logits.topk(6, dim=-1).indices  # the candidates' order
+    ids = ((logits - 10.0) / (weight.abs() @ s)).topk(6, dim=-1).indices  # the candidates' order: standard scores
     chosen = ids.gather(1, counts.argmax(dim=-1, keepdim=True))[:, 0]
     assert torch.equal(chosen, standard)
     assert torch.equal(counts.max(dim=-1).values, torch.full((3,), 64.0))  # every draw: a point mass

@@ -608,22 +608,37 @@ def test_low_precision_standard_decision_is_exact_and_agrees_with_predict(dtype)
 
 def test_causal_mode_with_zero_noise_decides_by_loc_minus_threshold():
     """noise_mode="zero": scale_S = |W_cls|·|b_noise| = 0, so S = loc_S(u) is certain and the decision is
-    argmax_k (loc_S_k(u) − t_k); no overflow, no token 0 forever."""
+    argmax_k (loc_S_k(u) − t_k) over the candidates; no overflow, no token 0 forever. The reference written out:
+    ``u = loc_U + τ·ρ(g)·scale_U ⊙ c`` with ``g`` the top-two logit margin, ``ρ(g) = (π/4)·g/tan((π/2)·tanh(g/2))``,
+    the candidates the ``K`` best standard scores ``(loc_S − t)/(|W_cls| scale_U)``."""
     model = convert(small_qwen(), ovr_calibration="none", noise_mode="zero", ovr_threshold=0.5)
     assert torch.all(model.action.b_noise == 0)
+    tau = 1e3
+    candidates = model.config.causal_candidates
+    assert 0 < candidates < model.config.vocab_size
     ids, mask = left_padded_ids()
     steps, handle = recorded_abduction(model)
     try:
-        out = generate_ids(model, ids, mask, **SEQUENCE, seed=5, max_new_tokens=8, eos_token_id=[])
+        out = generate_ids(model, ids, mask, **SEQUENCE, seed=5, max_new_tokens=8, eos_token_id=[],
+                           causal_temperature=tau)
     finally:
         handle.remove()
-    offsets = model.config.causal_temperature * torch.tan(math.pi * (out.individual - 0.5))  # (B,C) float64
+    offsets = tau * torch.tan(math.pi * (out.individual - 0.5))  # (B,C) float64
+    head = model.action.classification_head
     with torch.no_grad():
         for step, (loc_U, scale_U) in enumerate(steps):
             if loc_U.dim() == 3:
                 loc_U, scale_U = loc_U[:, -1], scale_U[:, -1]
-            u = loc_U + (scale_U.double() * offsets).float()
-            expected = (model.action.classification_head(u) - model.ovr_thresholds()).argmax(-1)
+            loc_S = head(loc_U)  # (B,V)
+            best = loc_S.topk(2, dim=-1).values.double()  # (B,2)
+            g = best[:, 0] - best[:, 1]
+            spread = (math.pi / 4) * g / torch.tan((math.pi / 2) * torch.tanh(g / 2))  # (B,)
+            assert bool((tau * spread >= 1).all())  # all of U drawn: nothing left in the (zero) scale
+            moves = torch.nn.functional.linear((scale_U.double() * offsets).float(), head.weight)  # (B,V)
+            scores = loc_S + (spread[:, None] * moves.double()).float() - model.ovr_thresholds()  # W u + b − t
+            standard = (loc_S - model.ovr_thresholds()) / (scale_U @ head.weight.abs().T)  # (B,V)
+            kept = standard.topk(candidates, dim=-1).indices  # (B,K)
+            expected = kept.gather(1, scores.gather(1, kept).argmax(-1, keepdim=True))[:, 0]
             assert torch.equal(out.token_ids[:, step], expected), step
     assert len(set(out.token_ids.flatten().tolist())) > 1, "sensible tokens, not one id forever"
 
@@ -682,3 +697,51 @@ def test_a_forward_with_gradients_after_generation_reads_the_cached_scales():
         out.logits.float().sum().backward()
         assert model.abduction.loc_net.weight.grad is not None
         model.zero_grad()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The individual's reach: the spread factor ρ and the candidates
+# ---------------------------------------------------------------------------------------------------------------
+def test_spread_factor_makes_two_token_choices_follow_the_softmax_at_every_margin():
+    """ρ(0) = 1, ρ falls with the margin, and with ρ the two-token Cauchy choice ½ − atan(g/(τρw))/π equals the
+    softmax's 1/(1 + e^g) at τ = 4/(πw) for every margin g (the derivation in core/decisions.py)."""
+    from causal_qwen.core.decisions import spread_factor
+
+    margins = torch.tensor([0.0, 1e-9, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 1e4, math.inf, math.nan, -1.0])
+    rho = spread_factor(margins).double()
+    assert rho[0] == 1 and rho[1] == 1 and rho[-1] == 1 and rho[-2] == 1  # 0, ~0, negative and NaN count as 0
+    assert bool((rho[2:10] > 0).all()) and bool((rho <= 1).all())
+    assert bool((rho[1:12].diff() <= 0).all())  # less reach the surer the base
+    assert float(rho[9]) < 1e-20 and float(rho[10]) == 0.0 and float(rho[11]) == 0.0
+    w = 0.37
+    for g in (0.1, 0.5, 1.0, 2.0, 5.0, 10.0):
+        second = 0.5 - math.atan(g / ((4 / (math.pi * w)) * float(spread_factor(torch.tensor(g))) * w)) / math.pi
+        assert second == pytest.approx(1 / (1 + math.exp(g)), rel=1e-5), g
+
+
+def test_causal_choices_stay_among_the_candidates_at_any_temperature(small_model):
+    """Even at a temperature that lets the individual's noise swamp every logit, token scope chooses among the K best
+    standard-mode scores of each step (teacher forced); with K = 0 (every token) it leaves them."""
+    ids, mask = left_padded_ids()
+    tau = 1e9
+    inside = []
+    for candidates in (8, 0):
+        small_model.config.causal_candidates = candidates
+        try:
+            out = generate_ids(small_model, ids, mask, mode="causal", individual_scope="token", seed=3,
+                               max_new_tokens=6, eos_token_id=[], causal_temperature=tau)
+        finally:
+            small_model.config.causal_candidates = 64
+        kept = teacher_forced_standard_top(small_model, ids, mask, out.token_ids, 8)  # (B,T,8)
+        inside.append(bool((kept == out.token_ids[..., None]).any(-1).all()))
+    assert inside == [True, False]
+
+
+def teacher_forced_standard_top(model, ids, mask, generated, k: int) -> torch.Tensor:
+    """The ``k`` best standard-mode tokens (B,T,k) before each generated token, teacher forced."""
+    full = torch.cat([ids, generated], dim=1)
+    full_mask = torch.cat([mask, torch.ones_like(generated)], dim=1)
+    with torch.no_grad():
+        scores = model(input_ids=full, attention_mask=full_mask, decision="standard").logits  # (B,L,V)
+    steps = scores[:, ids.shape[1] - 1 : -1]  # (B,T,V) the decision before each generated token
+    return steps.topk(k, dim=-1).indices

@@ -60,8 +60,8 @@ def test_target_ordinals_pick_one_number_per_document():
 
 def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_path):
     """data, template, target and split only (plus where to write and, to keep the test short, three steps): the
-    random recipe fills the rest, says so, keeps the latest training rows for the interval check and saves a model
-    whose number_scale_factor is what the check decided."""
+    random recipe fills the rest, says so, keeps the latest training rows for the location and interval checks (in
+    that order) and saves a model whose number_scale_factor is what the interval check decided."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import run_training
@@ -82,6 +82,8 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     kept = [line for line in lines if line.startswith("interval check: ")]
     assert kept and "of the 84 training documents kept out" in kept[0], lines
     checked = [line for line in lines if line.startswith("interval check on ")]
+    assert not any(line.startswith("location check on ") for line in lines), lines  # opt-in, not in the recipe
+    assert result.location_check is None
     assert checked and result.interval_check is not None and result.interval_check.numbers >= 8, lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)

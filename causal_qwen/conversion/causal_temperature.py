@@ -5,12 +5,14 @@ position's ``top`` largest logits), D draws of ``ε`` per position, G temperatur
 
 In causal mode an individual is drawn for each generated token and decides with only the exogenous noise left:
 
-    u      = loc_U + τ·scale_U ⊙ tan(π(ε − ½)),   ε ~ U(0,1)^C
-    choice = argmax_k (W_k u + b_k − t_k) / scale_S_k,   scale_S = |W_cls|·|b_noise| + γ_S   (position-free)
+    u      = loc_U + τ·ρ(g)·scale_U ⊙ tan(π(ε − ½)),   ε ~ U(0,1)^C,   g the top-two logit margin
+    choice = argmax over the K candidates of (W_k u + b_k − t_k) / scale_S_k,   scale_S = |W_cls|·|b_noise| + γ_S
 
-Since ``W_k u + b_k = l_k + τ·n_k`` with ``l = loc_S`` (the base's logits) and ``n_k = W_k (scale_U ⊙ tan(π(ε − ½)))``,
-``τ`` only scales the individual's spread: every token's score moves by a Cauchy of scale ``τ·(|W| scale_U)_k``, the
-moves correlated across tokens through the shared ``ε``. ``τ`` is read by causal mode alone; it touches neither
+(`core.decisions`: ``ρ`` the spread factor, the candidates the ``K`` best standard-mode scores). Since
+``W_k u + b_k = l_k + τ·ρ(g)·n_k`` with ``l = loc_S`` (the base's logits) and ``n_k = W_k (scale_U ⊙ tan(π(ε − ½)))``,
+``τ`` only scales the individual's spread: every token's score moves by a Cauchy of scale ``τ·ρ(g)·(|W| scale_U)_k``,
+the moves correlated across tokens through the shared ``ε``. The calibration draws exactly that decision: the same
+candidates, the same ``ρ``, so no causal choice falls outside what it measures. ``τ`` is read by causal mode alone; it touches neither
 ``loc_S`` nor ``scale_S``, so standard mode, the losses and training never see it. After the OvR calibration
 ``scale_U`` is ~4e-9 (sparse probabilities need it), so ``τ = 1`` leaves causal mode almost deterministic.
 
@@ -18,7 +20,8 @@ moves correlated across tokens through the shared ``ε``. ``τ`` is read by caus
 position, averaged) between the base's next-token distribution ``p = softmax(l)`` and the causal choice
 frequencies ``f(τ)``, measured by `choice_cross_entropy`. The cross-entropy is at least the softmax entropy
 ``H(p)``, with equality only when ``f = p``; the Cauchy family cannot reach it in general (its choices are not a
-Gumbel-max), so the fit reports how far it stays.
+Gumbel-max), so the fit reports how far it stays. With two candidates ``ρ`` makes it exact: one ``τ`` matches the
+softmax at every margin (`core.decisions.spread_factor`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from .. import progress
+from ..core.decisions import spread_factor
 
 DEFAULT_POSITIONS = 512  # of the calibration text's positions, spread evenly over them
 # ε per position: fewer bias τ down through the add-½ smoothing (real weights: 0.87, 0.90, 0.96 τ₀ at 256, 512, 1024)
@@ -123,7 +127,7 @@ class CandidateDraws:
         heads = _Heads.of(model)
         loc_U, scale_U = heads.abduct(features.float())  # (N,C) each
         top = min(top, heads.weight.shape[0])
-        logits, ids, full_entropy, outside_mass = top_candidates(loc_U, heads.weight, heads.bias, top)  # (N,K)×2, (N,)×2
+        logits, ids, full_entropy, outside_mass, margin = top_candidates(heads, loc_U, scale_U, top)  # (N,K)×2, (N,)×3
         log_probs = logits.double().log_softmax(dim=-1)  # (N,K) p renormalised over the candidates
         probs = log_probs.exp()
         entropy = -(probs * log_probs).sum(dim=-1)  # (N,)
@@ -133,6 +137,7 @@ class CandidateDraws:
             if advance is not None:
                 advance(1)
         distance, scale, noise, unit_scale = (torch.cat(part) for part in zip(*parts))
+        noise.mul_(spread_factor(margin).to(noise.device)[:, None, None])  # (N,D,K) ρ(g)·n
         if bool((scale > 0).all()):  # (d + τ n)/scale_S = d/scale_S + τ·(n/scale_S)
             distance, noise, scale = distance / scale, noise.div_(scale[:, None, :]), None
         return cls(probs, distance, noise, scale, unit_scale, entropy, full_entropy, outside_mass)
@@ -208,23 +213,33 @@ class _Heads:
 
 
 @torch.no_grad()
-def top_candidates(loc_U: Tensor, weight: Tensor, bias: Tensor | None, top: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Each position's ``top`` largest logits ``l = W_cls loc_U + b_cls`` and their ids (N,K) each, descending; the
-    softmax entropy over the whole vocabulary and the softmax mass outside the top logits (N,) each, float64
-    (the mass as ``exp(lse_rest − lse)``, exact to float32's relative precision however small it is)."""
-    w = weight.float()
-    values, ids, entropies, outside = [], [], [], []
+def top_candidates(
+    heads: _Heads, loc_U: Tensor, scale_U: Tensor, top: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Each position's causal candidates, as causal mode picks them (`core.decisions`): the ``top`` best standard-mode
+    scores ``(l_k − t_k)/scale_S_k``, ``scale_S = |W_cls|(scale_U + |b_noise|) + γ_S``. Returns their logits
+    ``l = W_cls loc_U + b_cls`` and ids (N,K) each, in the order of the scores; the softmax entropy over the whole
+    vocabulary, the softmax mass outside the candidates and the top-two logit margin ``g`` (N,) each, float64 (the
+    mass as ``exp(lse_rest − lse)``, exact to float32's relative precision however small it is)."""
+    w = heads.weight.float()
+    values, ids, entropies, outside, margins = [], [], [], [], []
     for start in range(0, len(loc_U), LOGIT_CHUNK):
-        logits = F.linear(loc_U[start : start + LOGIT_CHUNK], w, bias)  # (n,V)
+        rows = slice(start, start + LOGIT_CHUNK)
+        logits = F.linear(loc_U[rows], w, heads.bias)  # (n,V)
+        scale = F.linear(scale_U[rows] + heads.noise, w.abs()) + heads.token_noise  # (n,V) standard scale_S
+        scores = (logits - heads.thresholds) / scale.clamp_min(torch.finfo(torch.float32).tiny)  # (n,V)
         normaliser = logits.logsumexp(dim=-1)  # (n,)
         probs = torch.softmax(logits, dim=-1)  # (n,V)
         entropies.append((normaliser - (probs * logits).sum(dim=-1)).double())  # H = lse − Σ p l
-        best = logits.topk(top, dim=-1)
-        rest = logits.scatter_(1, best.indices, -math.inf).logsumexp(dim=-1)  # (n,) lse over the others
-        outside.append((rest.double() - torch.logaddexp(rest, best.values.logsumexp(dim=-1)).double()).exp())
-        values.append(best.values)
-        ids.append(best.indices)
-    return torch.cat(values), torch.cat(ids), torch.cat(entropies), torch.cat(outside)
+        pair = logits.topk(min(2, logits.shape[-1]), dim=-1).values  # (n,≤2)
+        margins.append((pair[:, 0] - pair[:, -1]).double())  # (n,) 0 with one row
+        best = scores.topk(top, dim=-1).indices  # (n,K)
+        chosen = logits.gather(1, best)  # (n,K)
+        rest = logits.scatter_(1, best, -math.inf).logsumexp(dim=-1)  # (n,) lse over the others
+        outside.append((rest.double() - torch.logaddexp(rest, chosen.logsumexp(dim=-1)).double()).exp())
+        values.append(chosen)
+        ids.append(best)
+    return torch.cat(values), torch.cat(ids), torch.cat(entropies), torch.cat(outside), torch.cat(margins)
 
 
 def _draw_block(

@@ -57,7 +57,11 @@ class CausalQwenConfig(Qwen2Config):
         time only: an individual is drawn as ``u = loc_U + τ·scale_U ⊙ tan(π(ε − ½))``, so each token's score moves
         by a Cauchy of scale ``τ·(|W_cls| scale_U)_k``. Standard and traditional mode, the losses and training never
         read it. ``"base_agreement"`` sets it at conversion so that causal choices per token come closest to the
-        base's softmax (`causal_qwen.conversion.causal_temperature`); 0 means no individual spread at all.
+        base's softmax (`causal_qwen.conversion.causal_temperature`); 0 means no individual spread at all. At each
+        position the spread is further multiplied by ``ρ(g)`` of the position's top-two logit margin ``g``
+        (`decisions.spread_factor`): 1 where the base hesitates, vanishing where it is sure.
+    causal_candidates (`int`, defaults to 64): ``K``, how many tokens a causal decision chooses among at each
+        position: the ``K`` with the highest standard-mode scores (the population's best); 0 means every token.
     number_scale_factor (`float`, defaults to 1.0): ``f`` in ``scale_Y = f·(…)``: set by training's interval check
         (`causal_qwen.training.interval_check`) when the number intervals measured on training rows kept out of
         training were too narrow or too wide.
@@ -88,6 +92,7 @@ class CausalQwenConfig(Qwen2Config):
     ovr_calibration: str = "base_agreement"
     calibration_positions: int = 4096
     causal_temperature: float = 1.0
+    causal_candidates: int = 64
     number_scale_factor: float = 1.0
     converted_from: str | None = None
 
@@ -132,6 +137,9 @@ class CausalQwenConfig(Qwen2Config):
             isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0
         ):
             raise ValueError(f"CausalQwenConfig.causal_temperature must be a finite number >= 0, got {temperature!r}")
+        candidates = self.causal_candidates
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 0:
+            raise ValueError(f"CausalQwenConfig.causal_candidates must be an int >= 0, got {candidates!r}")
         if not math.isfinite(self.ovr_threshold):
             raise ValueError(f"CausalQwenConfig.ovr_threshold must be finite, got {self.ovr_threshold!r}")
         if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):

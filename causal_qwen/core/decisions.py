@@ -6,17 +6,30 @@ Shape legend: B batch, S positions, C causal size, V vocabulary rows.
     traditional  scores = loc_S = W_cls loc_U + b_cls                      (softmax sampling / greedy on top)
     standard     scores = (loc_S − t) / scale_S,  scale_S = |W_cls| (scale_U + |b_noise|) + γ_S
                  argmax_k scores = argmax_k P(S_k > t_k)
-    causal       u = loc_U + τ·scale_U ⊙ c,  c = tan(π(ε − ½)),  ε ~ U(0,1)^C   (the individual)
-                 scores = (W_cls u + b_cls − t) / scale_S°,
-                 scale_S° = |W_cls| (max(1 − τ, 0)·scale_U + |b_noise|) + γ_S
-                 (for τ ≥ 1 the constant |W_cls| |b_noise| + γ_S (V,)); a row with scale_S°_k = 0 is certain
+    causal       u = loc_U + τ_i·scale_U ⊙ c,  c = tan(π(ε − ½)),  ε ~ U(0,1)^C   (the individual)
+                 τ_i = τ·ρ(g_i),  ρ(g) = (π/4)·g / tan((π/2)·tanh(g/2)),  g_i = loc_S(1) − loc_S(2)
+                 scores = (W_cls u + b_cls − t) / scale_S°  on the K candidates (−inf elsewhere),
+                 scale_S° = |W_cls| (max(1 − τ_i, 0)·scale_U + |b_noise|) + γ_S
+                 (for τ_i ≥ 1 the constant |W_cls| |b_noise| + γ_S (V,)); a row with scale_S°_k = 0 is certain
 
 ``c`` are the individual's standard-Cauchy coordinates and ``τ`` the causal temperature (``config.causal_temperature``),
 the individual's spread at decision time only, so standard mode, the probabilities and the losses never see it. Since
 Cauchy scales add, ``U = loc_U + τ·scale_U ⊙ c + Cauchy(0, (1 − τ)·scale_U)`` for ``τ ≤ 1``: the part of the
 individual not drawn stays in the decision's scale. So ``τ = 0`` is standard mode's decision exactly (nothing drawn),
 ``τ = 1`` draws ``U ~ Cauchy(loc_U, scale_U)`` itself, and ``τ > 1`` widens the draw beyond the abducted spread.
-``loc_S`` is computed in the weights' dtype, as the forward pass computes it; the rest in float32.
+
+Two things shape the individual's reach at a position (docs/design.md, "The individual's reach"):
+
+* ``ρ(g_i)``, the *spread factor*, of the margin ``g_i`` between the position's two largest logits ``loc_S``. With
+  two tokens whose scores move by Cauchy noise of difference scale ``w``, the individual picks the second with
+  probability ``½ − atan(g/(τρw))/π``; the softmax picks it with ``1/(1 + e^g)``; the two agree at every margin for
+  the one ``τ = 4/(πw)`` exactly when ``ρ = (π/4)·g/tan((π/2)·tanh(g/2))``. So ``ρ(0) = 1`` where the base hesitates
+  and ``ρ(g) ≈ (π²/4)·g·e^(−g)`` where it is sure: a Cauchy's heavy tail would otherwise overturn a settled choice
+  with probability ``∝ 1/g`` where the softmax does so with ``e^(−g)``.
+* The *candidates*: the ``K`` (``config.causal_candidates``) tokens with the highest standard-mode scores. An
+  individual chooses among what the population finds plausible; without that, one large coordinate ``c_j`` makes the
+  token with the largest ``W_kj`` win whatever the context ("theplr"). ``τ = 0`` still decides as standard mode does
+  (its choice is the first candidate).
 
 Constant scales are cached per module until one of their weights changes (`_derived`).
 """
@@ -36,6 +49,7 @@ from .cauchy import decision_score
 
 __all__ = [
     "decision_scores",
+    "spread_factor",
     "individual_number",
     "causal_scores",
     "constant_scale",
@@ -149,6 +163,39 @@ def causal_scores(
     return torch.where(has_certain_win, certain_win, ratio)
 
 
+def spread_factor(margin: Tensor) -> Tensor:
+    """``ρ(g) = (π/4)·g / tan((π/2)·tanh(g/2)) = (π/4)·g·tan(π·σ(−g))`` (the module docstring; ``σ`` the logistic
+    function), float32 of the shape of ``margin``: 1 at ``g = 0``, ``≈ (π²/4)·g·e^(−g)`` for large ``g``, 0 at
+    ``g = ∞``, in [0, 1] and falling for every ``g ≥ 0``; a NaN or negative margin counts as 0. The second form,
+    in float64, keeps its precision where ``tanh`` rounds to 1."""
+    g = torch.nan_to_num(margin.double(), nan=0.0, posinf=math.inf).clamp_min(0.0)
+    factor = (math.pi / 4) * g * torch.tan(math.pi * torch.sigmoid(-g))
+    factor = torch.where(torch.isinf(g), torch.zeros_like(g), factor)
+    return torch.where(g > 1e-6, factor, torch.ones_like(g)).float()
+
+
+def top_margin(loc_S: Tensor) -> Tensor:
+    """``g = loc_S(1) − loc_S(2)`` (...,) float32: the gap between the two largest entries of the last dimension
+    (0 with a single entry; ``inf`` gaps, as from banned rows, are kept: ``ρ`` is then ~0)."""
+    if loc_S.shape[-1] < 2:
+        return loc_S.new_zeros(loc_S.shape[:-1], dtype=torch.float32)
+    best = loc_S.float().topk(2, dim=-1).values  # (...,2)
+    return best[..., 0] - best[..., 1]
+
+
+def _standard_scores(model, loc_U: Tensor, scale_U: Tensor, loc_S: Tensor | None = None) -> Tensor:
+    """Standard mode's scores (B,S,V) float32; ``loc_S`` (B,S,V) given when already formed."""
+    head = model.action.classification_head
+    thresholds = _float_thresholds(model)  # () or (V,)
+    fixed = position_free_scale(model)
+    if fixed is None:
+        loc, scale_S = model.action.classify(loc_U, scale_U)  # (B,S,V) each
+        return decision_score(loc if loc_S is None else loc_S, scale_S, thresholds)
+    if loc_S is None:
+        loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V)
+    return (loc_S.float() - thresholds).mul_(fixed[1])
+
+
 def decision_scores(
     model, loc_U: Tensor, scale_U: Tensor, coordinates: Tensor | None = None, temperature: float = 1.0
 ) -> tuple[Tensor, Tensor | None]:
@@ -159,30 +206,76 @@ def decision_scores(
     temperature: τ ≥ 0  →  scores (B,S,V) float32, u (B,S,C).
 
     Standard mode multiplies ``loc_S − t`` by the cached ``1/scale_S`` when the scale is position-free, else forms the
-    full ``scale_S``; causal mode with ``τ ≥ 1`` uses the constant ``scale_S°``, with ``0 < τ < 1`` the scale of the
-    part not drawn; ``τ = 0`` is standard mode. None forms more than it reads.
+    full ``scale_S``. Causal mode forms ``loc_S``, the position's ``τ_i = τ·ρ(g_i)`` and standard mode's scores, and
+    then the individual's scores on the ``K = config.causal_candidates`` best of those alone (`_candidate_scores`:
+    ``K`` rows of ``W_cls``, not the vocabulary; −inf elsewhere). With ``K = 0`` it scores every token, forming
+    ``W_cls loc_U`` and ``W_cls (scale_U ⊙ c)`` in one product (the weight is read once). ``τ = 0`` is standard mode.
     """
-    head = model.action.classification_head
-    thresholds = _float_thresholds(model)  # () or (V,)
     if coordinates is None or temperature == 0:
-        fixed = position_free_scale(model)
-        if fixed is None:
-            loc_S, scale_S = model.action.classify(loc_U, scale_U)  # (B,S,V) each
-            scores = decision_score(loc_S, scale_S, thresholds)
-        else:
-            loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V)
-            scores = (loc_S.float() - thresholds).mul_(fixed[1])
-        return scores, (None if coordinates is None else loc_U)
+        return _standard_scores(model, loc_U, scale_U), (None if coordinates is None else loc_U)
+    head = model.action.classification_head
     if coordinates.dim() == 2:
         coordinates = coordinates.unsqueeze(1)  # (B,1,C)
-    drawn = scale_U.double() * coordinates.double() * float(temperature)  # (B,S,C)
-    u = loc_U + drawn.to(loc_U.dtype)  # (B,S,C) the individual
-    if temperature < 1:  # the part of U not drawn stays in the scale: (1 − τ)·scale_U
-        loc_S, scale_S = model.action.classify(u, scale_U * (1 - float(temperature)))  # (B,S,V) each
-        return decision_score(loc_S, scale_S, thresholds), u
-    scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
-    loc_S = F.linear(u, head.weight, head.bias)  # (B,S,V)
-    return causal_scores(loc_S, scale_S, thresholds, None if has_zero else inverse_scale), u
+    direction = (scale_U.double() * coordinates.double()).expand(loc_U.shape)  # (B,S,C) scale_U ⊙ c, float64
+    candidates = int(getattr(getattr(model, "config", None), "causal_candidates", 0) or 0)
+    if 0 < candidates < head.weight.shape[0]:
+        loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V) the population's logits
+        reach = float(temperature) * spread_factor(top_margin(loc_S))  # (B,S) τ_i
+        standard = _standard_scores(model, loc_U, scale_U, loc_S)  # (B,S,V)
+        scores = _candidate_scores(model, loc_S, standard, scale_U, direction, reach, candidates)
+    else:
+        scores, reach = _every_token_scores(model, loc_U, scale_U, direction, float(temperature))
+    u = (loc_U.double() + reach.unsqueeze(-1).double() * direction).to(loc_U.dtype)  # (B,S,C) the individual
+    return scores, u
+
+
+def _candidate_scores(
+    model, loc_S: Tensor, standard: Tensor, scale_U: Tensor, direction: Tensor, reach: Tensor, candidates: int
+) -> Tensor:
+    """Causal scores (B,S,V) float32 on each position's ``candidates`` best ``standard`` scores, −inf elsewhere:
+    ``(l_k + τ_i·W_k(scale_U ⊙ c) − t_k) / (|W_k| (κ_i·scale_U + |b_noise|) + γ_S)``, ``κ_i = max(1 − τ_i, 0)``,
+    formed from the candidates' rows of ``W_cls`` only.
+
+    loc_S, standard: (B,S,V); scale_U: (B,S,C); direction: ``scale_U ⊙ c`` (B,S,C) float64; reach: ``τ_i`` (B,S)."""
+    action = model.action
+    ids = standard.topk(candidates, dim=-1).indices  # (B,S,K)
+    rows = action.classification_head.weight[ids].float()  # (B,S,K,C)
+    moves = torch.einsum("bskc,bsc->bsk", rows, direction.float())  # (B,S,K) W_k (scale_U ⊙ c)
+    individual_S = loc_S.gather(-1, ids).float() + reach.unsqueeze(-1) * moves  # (B,S,K) W_k u + b_k
+    undrawn = (1.0 - reach).clamp_min(0.0).unsqueeze(-1)  # (B,S,1) κ_i, the share of scale_U not drawn
+    spread = action.decision_scale(undrawn * scale_U.float()).float()  # (B,S,C) κ·scale_U + |b_noise|
+    scale_S = torch.einsum("bskc,bsc->bsk", rows.abs(), spread) + action.token_noise_scale().float()  # (B,S,K)
+    thresholds = _float_thresholds(model)  # () or (V,)
+    threshold = thresholds if thresholds.dim() == 0 else thresholds[ids]  # () or (B,S,K)
+    chosen = causal_scores(individual_S, scale_S, threshold)  # (B,S,K)
+    return torch.full_like(standard, -math.inf).scatter_(-1, ids, chosen)
+
+
+def _every_token_scores(
+    model, loc_U: Tensor, scale_U: Tensor, direction: Tensor, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """Causal scores on the whole vocabulary (B,S,V) float32 (``config.causal_candidates = 0``) and ``τ_i`` (B,S):
+    the scores of `_candidate_scores` for every token, with the cached constant ``scale_S°`` where every
+    ``τ_i ≥ 1``."""
+    head = model.action.classification_head
+    thresholds = _float_thresholds(model)  # () or (V,)
+    size = direction.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)  # (B,S,1)
+    unit = (direction / size).to(loc_U.dtype)  # (B,S,C) in [−1, 1]: scale_U ~ 1e-9 would vanish in float16
+    population, moves = F.linear(torch.stack((loc_U, unit)), head.weight)  # (B,S,V) each: W loc_U, W(scale_U ⊙ c)/size
+    loc_S = population if head.bias is None else population + head.bias  # (B,S,V) the population's logits
+    reach = temperature * spread_factor(top_margin(loc_S))  # (B,S) τ_i
+    individual_S = loc_S.float() + (reach.unsqueeze(-1).double() * size).float() * moves.float()  # (B,S,V) W u + b
+    undrawn = (1.0 - reach).clamp_min(0.0)  # (B,S) κ_i
+    if not bool((undrawn > 0).any()):
+        scale_S, inverse_scale, has_zero = constant_scale(model.action)  # (V,), (V,), bool
+        return causal_scores(individual_S, scale_S, thresholds, None if has_zero else inverse_scale), reach
+    fixed = position_free_scale(model)
+    if fixed is None:
+        _, scale_S = model.action.classify(loc_U, scale_U * undrawn.unsqueeze(-1).to(scale_U.dtype))  # (B,S,V)
+    else:  # |W|(κ·scale_U + |b_noise|) + γ_S = scale_S° + κ·(scale_S − scale_S°)
+        constant = constant_scale(model.action)[0]  # (V,)
+        scale_S = constant + undrawn.unsqueeze(-1) * (fixed[0] - constant)  # (B,S,V)
+    return decision_score(individual_S, scale_S, thresholds), reach
 
 
 def individual_number(

@@ -16,6 +16,9 @@ is the factor that makes the slice's 50% intervals ``loc_Y ± scale_Y`` cover ha
 (``number_scale_factor ← f·number_scale_factor``, every ``scale_Y`` then multiplied by it) when the slice's
 50% coverage lies outside ``0.5 ± 2·√(0.25/M)``, the band two binomial standard deviations wide, so a slice
 that agrees with the intervals leaves them as they are.
+
+The location check (`causal_qwen.training.location_check`) runs on the same slice just before, and may shrink the
+regression head toward the training median; this check then measures (and rescales) the shrunk model's widths.
 """
 
 from __future__ import annotations
@@ -66,14 +69,15 @@ def central_coverage(standardized_error: Tensor, level: float) -> float:
 
 
 @torch.no_grad()
-def standardized_errors(model, dataset, collator, batch_size: int, target_ordinals: list[int | None] | None) -> Tensor:
-    """``z = (y − loc_Y) / scale_Y`` (M,) float64 at the numbers of ``dataset``: per document the number with
+def slice_predictions(model, dataset, collator, batch_size: int,
+                      target_ordinals: list[int | None] | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(y, loc_Y, scale_Y)`` (M,) each, float64, at the numbers of ``dataset``: per document the number with
     index ``target_ordinals[d]`` among its numbers, or every number when ``target_ordinals`` is None."""
     num_id = model.config.num_token_id
     device = model.action.regression_head.weight.device
     was_training = model.training
     model.eval()
-    errors, document = [], 0
+    values, locs, scales, document = [], [], [], 0
     try:
         for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator):
             batch = {key: value.to(device) for key, value in batch.items()}
@@ -88,11 +92,22 @@ def standardized_errors(model, dataset, collator, batch_size: int, target_ordina
                 rows = target_ordinals[document : document + len(is_number)]
                 wanted = torch.tensor([-1 if r is None else r for r in rows], device=device)  # (B,)
                 keep = keep & (ordinal == wanted[:, None])
-            errors.append(((value - loc) / scale)[keep])
+            values.append(value[keep])
+            locs.append(loc[keep])
+            scales.append(scale[keep])
             document += len(is_number)
     finally:
         model.train(was_training)
-    return torch.cat(errors) if errors else torch.zeros(0, dtype=torch.float64)
+    if not values:
+        empty = torch.zeros(0, dtype=torch.float64)
+        return empty, empty, empty
+    return torch.cat(values), torch.cat(locs), torch.cat(scales)
+
+
+def standardized_errors(model, dataset, collator, batch_size: int, target_ordinals: list[int | None] | None) -> Tensor:
+    """``z = (y − loc_Y) / scale_Y`` (M,) float64 at the numbers `slice_predictions` reads."""
+    value, loc, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)
+    return (value - loc) / scale
 
 
 def check_intervals(model, dataset, collator, batch_size: int,

@@ -17,8 +17,11 @@ start at their closed-form fits on the frozen features (`warm_start`), which is 
 learn comes from (benchmarks/real_weights_finetune.py; docs/design.md, "Fine-tuning a calibrated model"). With
 nothing before the heads training, the backbone runs once per example (`feature_cache`), not once per step.
 
-Both keep a tenth of the training rows (the latest ones when the split is by a column such as a date) to check
-the width of the number intervals after training and rescale it when it is off (``interval_check``).
+Both keep a tenth of the training rows (the latest ones when the split is by a column such as a date; at least 8
+when that takes at most a quarter of them) to check the number locations and the width of the number intervals
+after training: the width is rescaled when it is off (``interval_check``); ``location_check: true`` (opt-in, not
+part of either recipe) also shrinks the locations toward the training median when that clearly predicts the kept
+rows better.
 """
 
 from __future__ import annotations

@@ -135,7 +135,13 @@ class TrainConfig:
     of training, and after training measure the number intervals on them: when their 50% coverage lies outside
     the binomial band around 0.5, every ``scale_Y`` is multiplied by ``median |y − loc_Y| / scale_Y`` there
     (``config.number_scale_factor`` of the saved model; ``train`` reports it). false: off; null: the recipe's
-    (0.1)."""
+    (0.1). A slice under 8 numbers is widened to 8 when that takes at most a quarter of the training rows."""
+    location_check: bool = False
+    """Opt-in (measured to hurt on the unseen tables: docs/benchmarks.md). On the interval check's slice, before it:
+    when a blend ``α·loc_Y + (1 − α)·m0`` with the training median
+    ``m0`` has a clearly lower median absolute error there than the model (in 90% of bootstrap resamples), the
+    regression head is shrunk to that blend (`causal_qwen.training.location_check`). Runs only when the interval
+    check has a slice."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8

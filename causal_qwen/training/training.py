@@ -63,6 +63,7 @@ from .run_folder import (
 )
 from .feature_cache import MAX_CACHE_BYTES, cache_features, cache_size_bytes
 from .interval_check import MIN_NUMBERS, IntervalCheckReport, check_intervals
+from .location_check import LocationCheckReport, check_location, training_median
 from .train_config import TrainConfig
 from .warm_start import warm_start
 from ..conversion.conversion import from_qwen
@@ -329,28 +330,75 @@ def read_split_documents(config: TrainConfig, report: Report | None = None) -> t
     return train_docs, valid_docs
 
 
+MAX_CHECK_SHARE = 0.25
+"""The largest share of the training rows `keep_check_slice` takes to reach `interval_check.MIN_NUMBERS` numbers."""
+
+
 def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | None = None) -> tuple[list, list]:
     """``(train, check)``: the ``interval_check`` fraction of the training documents kept out of training (the
     latest ones when ``split_by`` is set and its values differ, else a seeded pick), or all of them and ``[]`` when
-    the check is off or the slice would hold fewer than `interval_check.MIN_NUMBERS` numbers
-    (`causal_qwen.training.interval_check`)."""
+    the check is off. A slice that would hold fewer than `interval_check.MIN_NUMBERS` numbers is widened to the
+    fewest documents that hold them when those are at most `MAX_CHECK_SHARE` of the training documents (a table of
+    43 rows keeps 8 out, not 4); else there is no slice (`causal_qwen.training.interval_check`,
+    `causal_qwen.training.location_check`)."""
     from ..core.numbers import find_numbers
 
     if not config.interval_check or len(train_docs) < 2:
         return train_docs, []
-    spec = data_module.SplitSpec(fraction=config.interval_check, split_by=config.split_by, seed=config.seed)
-    try:
-        kept, check = data_module.split_documents(train_docs, spec)
-    except ValueError:  # every training row shares one split value (a fold column): a seeded pick instead
-        spec = data_module.SplitSpec(fraction=config.interval_check, seed=config.seed)
-        kept, check = data_module.split_documents(train_docs, spec)
-    numbers = sum(1 if doc.target_ordinal is not None else len(find_numbers(doc.text)) for doc in check)
+
+    def count(docs: list) -> int:
+        return sum(1 if doc.target_ordinal is not None else len(find_numbers(doc.text)) for doc in docs)
+
+    def cut(fraction: float) -> tuple[list, list, data_module.SplitSpec]:
+        spec = data_module.SplitSpec(fraction=fraction, split_by=config.split_by, seed=config.seed)
+        try:
+            return (*data_module.split_documents(train_docs, spec), spec)
+        except ValueError:  # every training row shares one split value (a fold column): a seeded pick instead
+            spec = data_module.SplitSpec(fraction=fraction, seed=config.seed)
+            return (*data_module.split_documents(train_docs, spec), spec)
+
+    kept, check, spec = cut(config.interval_check)
+    numbers = count(check)
+    if numbers < MIN_NUMBERS:
+        per_document = count(train_docs) / len(train_docs)
+        wanted = math.ceil(MIN_NUMBERS / max(per_document, 1e-9)) / len(train_docs)  # the fewest documents, as a share
+        if config.interval_check < wanted <= MAX_CHECK_SHARE:
+            kept, check, spec = cut(wanted)
+            numbers = count(check)
     if numbers < MIN_NUMBERS:
         return train_docs, []
+    checks = "the number locations and intervals" if config.location_check else "the number intervals"
     message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
-               f"({data_module.describe_split(spec)}) to check the number intervals")
+               f"({data_module.describe_split(spec)}) to check {checks}")
     tell(message, report)
     return kept, check
+
+
+def check_slice_dataset(config: TrainConfig, tokenizer: Any, check_docs: list) -> tuple[TokenizedDataset, list | None]:
+    """The slice's documents tokenized, and the index of each one's target among its numbers (None: every number of
+    the slice is read, when a document has no target or the tokenizer cut one)."""
+    dataset = tokenize_documents(check_docs, tokenizer, config.max_length, config.add_eos)
+    ordinals = [doc.target_ordinal for doc in check_docs]
+    if len(dataset) != len(check_docs) or any(ordinal is None for ordinal in ordinals):
+        ordinals = None  # every number of the slice
+    return dataset, ordinals
+
+
+def run_location_check(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list, pad_id: int,
+                       report: Report | None = None) -> LocationCheckReport | None:
+    """`check_location` on the documents `keep_check_slice` kept out, against the median target of ``train_docs``
+    (the rows trained on); None when there is no slice or ``location_check`` is off."""
+    if not check_docs or not config.location_check:
+        return None
+    dataset, ordinals = check_slice_dataset(config, tokenizer, check_docs)
+    median = training_median(train_docs, every_number=ordinals is None)
+    if median is None:
+        return None
+    checked = check_location(model, dataset, NumericCollator(pad_token_id=pad_id),
+                             config.eval_batch_size or config.batch_size, median, ordinals)
+    if checked is not None and report is not None:
+        report(checked.line())
+    return checked
 
 
 def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: list, pad_id: int,
@@ -358,10 +406,7 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: l
     """`check_intervals` on the documents `keep_check_slice` kept out (None when there are none)."""
     if not check_docs:
         return None
-    dataset = tokenize_documents(check_docs, tokenizer, config.max_length, config.add_eos)
-    ordinals = [doc.target_ordinal for doc in check_docs]
-    if len(dataset) != len(check_docs) or any(ordinal is None for ordinal in ordinals):
-        ordinals = None  # every number of the slice
+    dataset, ordinals = check_slice_dataset(config, tokenizer, check_docs)
     checked = check_intervals(model, dataset, NumericCollator(pad_token_id=pad_id),
                               config.eval_batch_size or config.batch_size, ordinals)
     if checked is not None and report is not None:
@@ -503,6 +548,7 @@ class TrainingResult:
     resumed_from: str | None = None
     message: str | None = None
     interval_check: IntervalCheckReport | None = None
+    location_check: LocationCheckReport | None = None
 
 
 def _is_main_process() -> bool:
@@ -605,7 +651,9 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     else:
         result = trainer.train(resume_from_checkpoint=plan.checkpoint)
         train_loss, trained_now = float(result.training_loss), True
-    checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, report if _is_main_process() else None)
+    tells = report if _is_main_process() else None
+    located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
+    checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, tells)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,
@@ -618,6 +666,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         resumed_from=plan.checkpoint,
         message=plan.message,
         interval_check=checked,
+        location_check=located,
     )
 
 
