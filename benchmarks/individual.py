@@ -412,16 +412,18 @@ def acceptance(figures: dict) -> dict:
 
 
 @torch.no_grad()
-def run(base: str, sizes: dict) -> dict:
+def run(base: str, sizes: dict, candidates: int | None = None) -> dict:
     """Every figure of the module docstring; ``sizes``: prompts, continuations, new_tokens, pairs, individuals,
-    held_out_positions, speed_repeats, chunk (prompts per batch)."""
+    held_out_positions, speed_repeats, chunk (prompts per batch); ``candidates``: ``config.causal_candidates`` of
+    the conversion (None: the default)."""
     started = time.perf_counter()
     new_tokens, rows, chunk = sizes["new_tokens"], sizes["continuations"], sizes["chunk"]
     tokenizer = load_tokenizer_for_base(base)
     plain = tokenizer.tokenizer if presets.is_preset(base) else real_weights.plain_tokenizer(base)
     real_weights.PLAIN["tokenizer"] = plain  # real_weights._plain_ids writes numbers with it
     qwen = load_qwen_base(base).eval()
-    model = from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id).eval()
+    overrides = {} if candidates is None else {"causal_candidates": candidates}
+    model = from_qwen(qwen, tokenizer=tokenizer, num_token_id=tokenizer.num_token_id, **overrides).eval()
     tau = float(model.config.causal_temperature)
     if not tau > 0:
         raise ValueError(f"the calibrated causal temperature is {tau}: no range of τ around it for the frontier")
@@ -429,7 +431,7 @@ def run(base: str, sizes: dict) -> dict:
     eos = end_ids(qwen)
     prompts = [Prompt(text, tokenizer, plain) for text in PROMPTS[: sizes["prompts"]]]
     pairs = CHOICE_PAIRS[: sizes["pairs"]]
-    figures: dict = {"causal_temperature": tau}
+    figures: dict = {"causal_temperature": tau, "causal_candidates": int(model.config.causal_candidates)}
     seconds: dict = {"conversion": time.perf_counter() - started}
 
     def timed(name: str, compute):
@@ -513,6 +515,9 @@ def main(argv=None) -> int:
                             help=f"{help_text} (default: the full or --quick size)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default torch's; 1 is far faster on cores other processes keep busy)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="convert with this config.causal_candidates K (the tokens an individual chooses among; "
+                             "0: every token; default: the config's default); τ is calibrated for it")
     args = parser.parse_args(argv)
     if args.out is not None and Path(args.out).suffix.lower() != ".png":
         parser.error(f"--out must be a .png file, got {args.out!r}")
@@ -530,8 +535,10 @@ def main(argv=None) -> int:
         if args.threads < 1:
             parser.error(f"--threads must be positive, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.candidates is not None and args.candidates < 0:
+        parser.error(f"--candidates must be >= 0, got {args.candidates}")
     torch.manual_seed(SEED)
-    figures = run(args.base, sizes)
+    figures = run(args.base, sizes, candidates=args.candidates)
     if args.out is not None:
         from causal_qwen.evaluation.plots import plot_frontier
 

@@ -724,14 +724,14 @@ def test_causal_choices_stay_among_the_candidates_at_any_temperature(small_model
     standard-mode scores of each step (teacher forced); with K = 0 (every token) it leaves them."""
     ids, mask = left_padded_ids()
     tau = 1e9
-    inside = []
+    inside, before = [], small_model.config.causal_candidates
     for candidates in (8, 0):
         small_model.config.causal_candidates = candidates
         try:
             out = generate_ids(small_model, ids, mask, mode="causal", individual_scope="token", seed=3,
                                max_new_tokens=6, eos_token_id=[], causal_temperature=tau)
         finally:
-            small_model.config.causal_candidates = 64
+            small_model.config.causal_candidates = before
         kept = teacher_forced_standard_top(small_model, ids, mask, out.token_ids, 8)  # (B,T,8)
         inside.append(bool((kept == out.token_ids[..., None]).any(-1).all()))
     assert inside == [True, False]

@@ -59,12 +59,13 @@ def test_individual_benchmark_quick_on_the_tiny_preset(tmp_path):
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     done = subprocess.run(
         [sys.executable, str(BENCHMARK), "--base", "random:tiny", "--quick", "--json", "--threads", "1",
-         "--out", str(figure)],
+         "--out", str(figure), "--candidates", "5"],
         capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert _number(result["causal_temperature"]) and result["causal_temperature"] > 0
+    assert result["causal_candidates"] == 5
     for scope in ("token_scope", "sequence_scope"):
         for key in ("fluency_ratio", "distinct2_ratio"):
             assert _number(result[scope][key]), (scope, key)

@@ -41,7 +41,7 @@ from ..core.decisions import spread_factor
 DEFAULT_POSITIONS = 512  # of the calibration text's positions, spread evenly over them
 # ε per position: fewer bias τ down through the add-½ smoothing (real weights: 0.87, 0.90, 0.96 τ₀ at 256, 512, 1024)
 DEFAULT_DRAWS = 512
-DEFAULT_TOP = 64  # candidates per position: its largest logits
+DEFAULT_TOP = 64  # candidates per position when the model's config names none (causal_candidates 0: every token)
 COARSE_EXPONENTS = tuple(range(-3, 3))  # τ = τ₀·10^e for whole decades e
 REFINEMENTS = (8, 64)  # then steps of 1/8 and 1/64 decade, ±8 steps around the best so far
 STEPS_PER_DECADE = 64  # exponents are kept as integers in units of the finest step
@@ -155,10 +155,13 @@ class CandidateDraws:
         return float(-(self.probs * frequencies.log()).sum(dim=-1).mean())
 
     def surprisal(self, temperature: float) -> float:
-        """Mean over positions of ``E_f[−log p] = −Σ_k f_k log p_k``, ``f_k = count_k / D``: how surprising the base
-        finds the causal choices (ancestral sampling from ``p`` scores ``H(p)`` here)."""
+        """Mean over positions of ``E_f[−log p̄] = −Σ_k f_k log p̄_k``, ``f_k = count_k / D``, with ``p̄`` the base's
+        softmax over the whole vocabulary (``log p̄_k = log p_k + log(1 − outside_mass)``): how surprising the base
+        finds the causal choices. Its own samples score ``H(p̄)`` (``full_entropy``) here, the target of the
+        ``"surprisal"`` objective, whatever share of its mass lies outside the candidates."""
         frequencies = self.counts(temperature) / self.draws  # (N,K)
-        return float(-(frequencies * self.probs.log()).sum(dim=-1).mean())
+        log_full = self.probs.log() + torch.log1p(-self.outside_mass.clamp_max(1 - 1e-12))[:, None]  # (N,K) log p̄
+        return float(-(frequencies * log_full).sum(dim=-1).mean())
 
     def unit(self) -> float:
         """``τ₀ = 1/median(|W_top| scale_U)``: at ``τ = τ₀`` the median candidate's score moves by a Cauchy of scale
@@ -282,7 +285,7 @@ def causal_choice(distance: Tensor, scale: Tensor) -> Tensor:
 
 
 def choice_cross_entropy(
-    model, features: Tensor, temperature: float | Sequence[float], draws: int = DEFAULT_DRAWS, top: int = DEFAULT_TOP,
+    model, features: Tensor, temperature: float | Sequence[float], draws: int = DEFAULT_DRAWS, top: int | None = None,
     generator: torch.Generator | None = None,
 ) -> dict:
     """How close token-scope causal sampling at ``τ = temperature`` comes to the base's softmax ``p = softmax(loc_S)``.
@@ -312,7 +315,7 @@ def choice_cross_entropy(
     temperatures = [float(temperature)] if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
     for value in temperatures:
         _check_temperature(value)
-    candidates = CandidateDraws.draw(model, features, draws, top, generator)
+    candidates = CandidateDraws.draw(model, features, draws, candidate_count(model, top), generator)
     return {
         "temperature": torch.tensor(temperatures, dtype=torch.float64),
         "cross_entropy": torch.tensor([candidates.cross_entropy(value) for value in temperatures], dtype=torch.float64),
@@ -323,6 +326,16 @@ def choice_cross_entropy(
         "positions": candidates.positions,
         "draws": candidates.draws,
     }
+
+
+def candidate_count(model, top: int | None = None) -> int:
+    """The candidates per position to draw: ``top`` when given, else the model's ``config.causal_candidates`` (the
+    ``K`` causal mode chooses among), or `DEFAULT_TOP` when that is 0 (every token: the calibration then measures
+    the 64 best, an approximation) or absent."""
+    if top is not None:
+        return top
+    configured = int(getattr(getattr(model, "config", None), "causal_candidates", 0) or 0)
+    return configured if configured > 0 else DEFAULT_TOP
 
 
 def _check_temperature(value: float) -> None:
@@ -342,13 +355,14 @@ OBJECTIVES = ("surprisal", "cross_entropy")
 
 
 def objective_of(candidates: CandidateDraws, objective: str) -> Callable[[float], float]:
-    """What `search_temperature` minimises: ``"surprisal"``, the distance ``|E_f[−log p] − H(p)|`` between how
-    surprising the base finds causal choices and its own samples (the fluency of sampling); ``"cross_entropy"``,
-    ``−Σ_k p_k log f_k`` (how well the choices cover the softmax)."""
+    """What `search_temperature` minimises: ``"surprisal"``, the distance ``|E_f[−log p̄] − H(p̄)|`` between how
+    surprising the base finds causal choices and its own samples, under its softmax ``p̄`` over the whole vocabulary
+    (the fluency of sampling, per token); ``"cross_entropy"``, ``−Σ_k p_k log f_k`` over the candidates (how well
+    the choices cover the softmax)."""
     if objective == "cross_entropy":
         return candidates.cross_entropy
     if objective == "surprisal":
-        entropy = float(candidates.entropy.mean())
+        entropy = float(candidates.full_entropy.mean())
         return lambda temperature: abs(candidates.surprisal(temperature) - entropy)
     raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
 
@@ -388,7 +402,7 @@ def search_temperature(
 
 
 def calibrate_causal_temperature(
-    model, features: Tensor, *, positions: int = DEFAULT_POSITIONS, draws: int = DEFAULT_DRAWS, top: int = DEFAULT_TOP,
+    model, features: Tensor, *, positions: int = DEFAULT_POSITIONS, draws: int = DEFAULT_DRAWS, top: int | None = None,
     seed: int = 0, objective: str = "surprisal",
 ) -> CausalTemperatureFit:
     """``τ`` minimising the ``objective`` (`objective_of`) on ``positions`` of ``features`` (N,H) spread evenly, by
@@ -399,7 +413,8 @@ def calibrate_causal_temperature(
     subset = spread_subset(features, positions)
     blocks = math.ceil(len(subset) / CHUNK)
     with progress.bar(total=blocks + MAX_EVALUATIONS, desc="calibration: causal temperature", unit="step") as bar:
-        candidates = CandidateDraws.draw(model, subset, draws, top, generator, advance=bar.update)
+        candidates = CandidateDraws.draw(model, subset, draws, candidate_count(model, top), generator,
+                                         advance=bar.update)
         temperature, tried = search_temperature(candidates, advance=bar.update, objective=objective)
         bar.update(bar.total - bar.n)  # the τ not tried (repeats, or no spread at all)
     grid = sorted(tried)
