@@ -14,9 +14,9 @@ Shape legend: B batch, S positions, C causal size, V vocabulary rows.
 
 ``c`` are the individual's standard-Cauchy coordinates and ``τ`` the causal temperature (``config.causal_temperature``),
 the individual's spread at decision time only, so standard mode, the probabilities and the losses never see it. Since
-Cauchy scales add, ``U = loc_U + τ·scale_U ⊙ c + Cauchy(0, (1 − τ)·scale_U)`` for ``τ ≤ 1``: the part of the
+Cauchy scales add, ``U = loc_U + τ_i·scale_U ⊙ c + Cauchy(0, (1 − τ_i)·scale_U)`` for ``τ_i ≤ 1``: the part of the
 individual not drawn stays in the decision's scale. So ``τ = 0`` is standard mode's decision exactly (nothing drawn),
-``τ = 1`` draws ``U ~ Cauchy(loc_U, scale_U)`` itself, and ``τ > 1`` widens the draw beyond the abducted spread.
+``τ_i = 1`` draws ``U ~ Cauchy(loc_U, scale_U)`` itself, and ``τ_i > 1`` widens the draw beyond the abducted spread.
 
 Two things shape the individual's reach at a position (docs/design.md, "The individual's reach"):
 
