@@ -224,12 +224,13 @@ def top_candidates(
     ``l = W_cls loc_U + b_cls`` and ids (N,K) each, in the order of the scores; the softmax entropy over the whole
     vocabulary, the softmax mass outside the candidates and the top-two logit margin ``g`` (N,) each, float64 (the
     mass as ``exp(lse_rest − lse)``, exact to float32's relative precision however small it is)."""
-    w = heads.weight.float()
+    w = heads.weight.float()  # (V,C)
+    magnitude = w.abs()  # (V,C) |W_cls|, formed once for every block
     values, ids, entropies, outside, margins = [], [], [], [], []
     for start in range(0, len(loc_U), LOGIT_CHUNK):
         rows = slice(start, start + LOGIT_CHUNK)
         logits = F.linear(loc_U[rows], w, heads.bias)  # (n,V)
-        scale = F.linear(scale_U[rows] + heads.noise, w.abs()) + heads.token_noise  # (n,V) standard scale_S
+        scale = F.linear(scale_U[rows] + heads.noise, magnitude) + heads.token_noise  # (n,V) standard scale_S
         scores = (logits - heads.thresholds) / scale.clamp_min(torch.finfo(torch.float32).tiny)  # (n,V)
         normaliser = logits.logsumexp(dim=-1)  # (n,)
         probs = torch.softmax(logits, dim=-1)  # (n,V)
