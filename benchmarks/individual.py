@@ -32,7 +32,10 @@ the end of text banned until then on both sides, ``CONTINUATIONS`` (8) per promp
   causal_speed_ratio     token-scope tokens/s over Qwen's ``generate(do_sample=True)``, at batch 1 and at batch 4
                          (``NEW_TOKENS`` tokens, the first prompt), the smaller; interleaved repeats, best of each
   frontier               ``{family, tau | temperature, distinct2, fluency}`` (fluency: the perplexity): causal mode
-                         (token scope) at ``τ × FRONTIER_MULTIPLES`` and Qwen at ``QWEN_TEMPERATURES``
+                         (token scope) at ``τ × FRONTIER_MULTIPLES`` and Qwen at ``QWEN_TEMPERATURES``; then, for
+                         each of ``AIMED_TEMPERATURES``, one more causal point at the τ that the grid's two bracketing
+                         points say writes Qwen's distinct-2 at that temperature (``log τ`` linear in distinct-2),
+                         measured like the others (the check reads measured points only)
   acceptance             the issue's checks on those figures, each ``{value, threshold, pass}``
 
 Consistency (defined before any result was seen). ``CHOICE_PAIRS`` holds 16 pairs of prompts that ask the same open
@@ -141,7 +144,8 @@ CONTINUATIONS = 8
 CHOICE_INDIVIDUALS = 16
 CHOICE_TOKENS = 8
 HELD_OUT_POSITIONS = 1024
-FRONTIER_MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)
+FRONTIER_MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 2.0, 4.0)
+AIMED_TEMPERATURES = (0.7, 1.0)  # Qwen's temperatures whose distinct-2 the frontier aims a τ at (`aimed_multiple`)
 QWEN_TEMPERATURES = (0.5, 0.7, 1.0, 1.2)
 BOOTSTRAP = 2000
 SEED = 0
@@ -382,6 +386,18 @@ def held_out_choice_entropy(model, tokenizer, positions: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+def aimed_multiple(points: dict[float, dict], distinct: float) -> float | None:
+    """The multiple of τ at which the token-scope frontier should reach distinct-2 ``distinct``: ``log τ``
+    interpolated linearly in distinct-2 between the two grid points that bracket it (``points``: multiple →
+    figures); None when no two adjacent points bracket it. The benchmark then *measures* that τ."""
+    ordered = sorted(points.items())
+    for (low, below), (high, above) in zip(ordered, ordered[1:]):
+        if below["distinct2"] <= distinct <= above["distinct2"] and above["distinct2"] > below["distinct2"]:
+            share = (distinct - below["distinct2"]) / (above["distinct2"] - below["distinct2"])
+            return round(math.exp(math.log(low) + share * (math.log(high) - math.log(low))), 4)
+    return None
+
+
 def acceptance(figures: dict) -> dict:
     def check(value, threshold, passed, **extra) -> dict:
         return {"value": value, "threshold": threshold, "pass": bool(passed), **extra}
@@ -459,6 +475,10 @@ def run(base: str, sizes: dict, candidates: int | None = None) -> dict:
 
     qwen_points = {t: timed(f"qwen_T{t}", lambda t=t: qwen_point(t)) for t in QWEN_TEMPERATURES}
     causal_points = {m: timed(f"causal_x{m}", lambda m=m: causal_point(m)) for m in FRONTIER_MULTIPLES}
+    for temperature in AIMED_TEMPERATURES:  # a τ aimed at Qwen's distinct-2, then measured there
+        multiple = aimed_multiple(causal_points, qwen_points[temperature]["distinct2"])
+        if multiple is not None and multiple not in causal_points:
+            causal_points[multiple] = timed(f"causal_x{multiple:.3g}", lambda m=multiple: causal_point(m))
     sequence, distinct_counts = timed("sequence_scope", sequence_point)
     reference = qwen_points[1.0]
 
@@ -482,7 +502,7 @@ def run(base: str, sizes: dict, candidates: int | None = None) -> dict:
     figures.update(timed("speed", lambda: speed(qwen, model, prompts[0], new_tokens, eos, sizes["speed_repeats"])))
     figures["frontier"] = (
         [{"family": "causal", "tau": tau * m, "distinct2": p["distinct2"], "fluency": p["perplexity"]}
-         for m, p in causal_points.items()]
+         for m, p in sorted(causal_points.items())]
         + [{"family": "qwen", "temperature": t, "distinct2": p["distinct2"], "fluency": p["perplexity"]}
            for t, p in qwen_points.items()]
     )

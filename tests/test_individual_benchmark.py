@@ -79,7 +79,8 @@ def test_individual_benchmark_quick_on_the_tiny_preset(tmp_path):
     assert 0 <= result["individuals_differ"] <= 1
     assert _number(result["causal_speed_ratio"]) and result["causal_speed_ratio"] > 0
     families = [point["family"] for point in result["frontier"]]
-    assert families.count("causal") == 5 and families.count("qwen") == 4
+    grid = len(_benchmark().FRONTIER_MULTIPLES)  # plus at most one point aimed at each of two temperatures
+    assert grid <= families.count("causal") <= grid + 2 and families.count("qwen") == 4
     for point in result["frontier"]:
         assert _number(point["tau" if point["family"] == "causal" else "temperature"])
         assert _number(point["distinct2"]) and _number(point["fluency"]) and point["fluency"] > 0
@@ -94,12 +95,27 @@ def test_individual_benchmark_quick_on_the_tiny_preset(tmp_path):
     assert figure.read_bytes()[:8] == PNG_SIGNATURE
 
 
-def test_choice_is_the_first_content_word():
+def _benchmark():
+    """benchmarks/individual.py as a module (benchmarks/ is no package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("individual_benchmark", BENCHMARK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_a_tau_is_aimed_between_the_two_points_that_bracket_a_diversity():
+    aimed = _benchmark().aimed_multiple
+    points = {0.25: {"distinct2": 0.60}, 0.5: {"distinct2": 0.70}, 1.0: {"distinct2": 0.80}}
+    assert aimed(points, 0.75) == pytest.approx(math.sqrt(0.5), abs=1e-4)  # halfway in log τ between 0.5 and 1
+    assert aimed(points, 0.60) == 0.25 and aimed(points, 0.80) == 1.0
+    assert aimed(points, 0.59) is None and aimed(points, 0.81) is None  # outside the grid: nothing to aim at
+    assert aimed({1.0: {"distinct2": 0.7}, 2.0: {"distinct2": 0.7}}, 0.7) is None  # a flat stretch says nothing
+
+
+def test_choice_is_the_first_content_word():
+    module = _benchmark()
     prompt_words = set(module.words("My favourite colour is"))
     prompt_words |= set(module.words("If I had to pick one colour, I would pick"))
     assert module.first_content_word(" the colour Blue, definitely.", prompt_words) == "blue"

@@ -60,7 +60,7 @@ class CausalQwenConfig(Qwen2Config):
         base's softmax (`causal_qwen.conversion.causal_temperature`); 0 means no individual spread at all. At each
         position the spread is further multiplied by ``ρ(g)`` of the position's top-two logit margin ``g``
         (`decisions.spread_factor`): 1 where the base hesitates, vanishing where it is sure.
-    causal_candidates (`int`, defaults to 8): ``K``, how many tokens a causal decision chooses among at each
+    causal_candidates (`int`, defaults to 6): ``K``, how many tokens a causal decision chooses among at each
         position: the ``K`` with the highest standard-mode scores (the population's best); 0 means every token.
     number_scale_factor (`float`, defaults to 1.0): ``f`` in ``scale_Y = f·(…)``: set by training's interval check
         (`causal_qwen.training.interval_check`) when the number intervals measured on training rows kept out of
@@ -92,7 +92,7 @@ class CausalQwenConfig(Qwen2Config):
     ovr_calibration: str = "base_agreement"
     calibration_positions: int = 4096
     causal_temperature: float = 1.0
-    causal_candidates: int = 8
+    causal_candidates: int = 6
     number_scale_factor: float = 1.0
     converted_from: str | None = None
 
