@@ -39,7 +39,7 @@ the end of text banned until then on both sides, ``CONTINUATIONS`` (8) per promp
   acceptance             the issue's checks on those figures, each ``{value, threshold, pass}``
 
 Consistency (defined before any result was seen). ``CHOICE_PAIRS`` holds 16 pairs of prompts that ask the same open
-choice in different words. For each pair, ``K`` (16) sequence-scope individuals ``ε_1..ε_K`` are drawn by the run
+choice in different words. For each pair, ``N`` (16) sequence-scope individuals ``ε_1..ε_N`` are drawn by the run
 on prompt A (seeded) and replayed on prompt B; each run writes ``CHOICE_TOKENS`` (8) tokens. The *choice* of a run
 is the first content word of its text: lowercased, apostrophes dropped, split into ``[a-z0-9]+`` words; skipping
 `STOPWORDS` (function words and verbs of choosing) and every word of either prompt of the pair (the question
@@ -47,7 +47,7 @@ restated); a word longer than 3 letters ending in a single ``s`` loses it (``app
 a content word has no choice, which matches nothing.
   same_individual        share of (pair, k) where A with ``ε_k`` and B with ``ε_k`` make the same choice
   different_individuals  share of (pair, k, j ≠ k) where A with ``ε_k`` and B with ``ε_j`` do: every derangement of
-                         the K individuals, averaged (B's run with ``ε_j`` is its run in the same batch)
+                         the N individuals, averaged (B's run with ``ε_j`` is its run in the same batch)
   ci95                   95% percentile bootstrap interval (2,000 resamples of the pairs, with replacement) of
                          same_individual − different_individuals; the check: its lower end above 0
 The token-scope control runs the same pairs in token scope with an independent seed for each prompt (a token-scope
