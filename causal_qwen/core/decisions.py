@@ -183,17 +183,16 @@ def top_margin(loc_S: Tensor) -> Tensor:
     return best[..., 0] - best[..., 1]
 
 
-def _standard_scores(model, loc_U: Tensor, scale_U: Tensor, loc_S: Tensor | None = None) -> Tensor:
-    """Standard mode's scores (B,S,V) float32; ``loc_S`` (B,S,V) given when already formed."""
+def _standard_scores(model, loc_U: Tensor, scale_U: Tensor) -> tuple[Tensor, Tensor]:
+    """``loc_S`` (B,S,V) in the weights' dtype and standard mode's scores (B,S,V) float32, ``loc_S`` formed once."""
     head = model.action.classification_head
     thresholds = _float_thresholds(model)  # () or (V,)
     fixed = position_free_scale(model)
     if fixed is None:
-        loc, scale_S = model.action.classify(loc_U, scale_U)  # (B,S,V) each
-        return decision_score(loc if loc_S is None else loc_S, scale_S, thresholds)
-    if loc_S is None:
-        loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V)
-    return (loc_S.float() - thresholds).mul_(fixed[1])
+        loc_S, scale_S = model.action.classify(loc_U, scale_U)  # (B,S,V) each
+        return loc_S, decision_score(loc_S, scale_S, thresholds)
+    loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V)
+    return loc_S, (loc_S.float() - thresholds).mul_(fixed[1])
 
 
 def decision_scores(
@@ -212,16 +211,15 @@ def decision_scores(
     ``W_cls loc_U`` and ``W_cls (scale_U ⊙ c)`` in one product (the weight is read once). ``τ = 0`` is standard mode.
     """
     if coordinates is None or temperature == 0:
-        return _standard_scores(model, loc_U, scale_U), (None if coordinates is None else loc_U)
+        return _standard_scores(model, loc_U, scale_U)[1], (None if coordinates is None else loc_U)
     head = model.action.classification_head
     if coordinates.dim() == 2:
         coordinates = coordinates.unsqueeze(1)  # (B,1,C)
     direction = (scale_U.double() * coordinates.double()).expand(loc_U.shape)  # (B,S,C) scale_U ⊙ c, float64
     candidates = int(getattr(getattr(model, "config", None), "causal_candidates", 0) or 0)
     if 0 < candidates < head.weight.shape[0]:
-        loc_S = F.linear(loc_U, head.weight, head.bias)  # (B,S,V) the population's logits
+        loc_S, standard = _standard_scores(model, loc_U, scale_U)  # (B,S,V) the population's logits, its scores
         reach = float(temperature) * spread_factor(top_margin(loc_S))  # (B,S) τ_i
-        standard = _standard_scores(model, loc_U, scale_U, loc_S)  # (B,S,V)
         scores = _candidate_scores(model, loc_S, standard, scale_U, direction, reach, candidates)
     else:
         scores, reach = _every_token_scores(model, loc_U, scale_U, direction, float(temperature))
