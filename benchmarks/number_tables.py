@@ -7,7 +7,7 @@
 ``--unseen``: the six tables of ``benchmarks/unseen_tables.py`` that no setting was chosen on, CausalQwen trained
 with the library's default recipe alone (a config of data, template, target and split), against the baselines
 below plus the per-group median and the last value seen (per group) where the table has a category or is split
-in time; with ``--real-base`` the real weights train on three of them (``causal_qwen_real``). ``--json`` then holds
+in time; with ``--real-base`` the real weights train on each of them (``causal_qwen_real``). ``--json`` then holds
 ``unseen[NAME][MODEL][FIGURE]`` and ``unseen_acceptance`` (issue 31's checks: on every table, or on half where the
 issue says so). ``--recipe default`` runs the three tables below with the default recipe instead of their tuned
 settings.
@@ -737,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
                              "the library's default recipe (a config of data, template, target and split only)")
     parser.add_argument("--unseen", nargs="?", const="all", default=None, metavar="NAME,...",
                         help="run the unseen tables (benchmarks/unseen_tables.py; all, or those named) with the default "
-                             "recipe; with --real-base the real weights train on three of them")
+                             "recipe; with --real-base the real weights train on each of them")
     parser.add_argument("--set", action="append", default=[], metavar="[TABLE:]KEY=VALUE",
                         help="change a training setting (all tables, or TABLE's only)")
     parser.add_argument("--real-base", default=None, metavar="PATH",

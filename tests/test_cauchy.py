@@ -160,3 +160,15 @@ def test_abs_weight_is_reused_inside_a_scope_until_the_weight_changes():
         _, out_scale = cauchy.linear_transform(loc, scale, weight)
         out_scale.sum().backward()
     torch.testing.assert_close(weight.grad, torch.sign(weight.detach()).expand(6, 3) * 2)
+
+
+def test_scale_mle_recovers_the_scale_and_maximises_the_likelihood():
+    generator = torch.Generator().manual_seed(0)
+    draws = 2.5 * torch.tan(math.pi * (torch.rand(20000, generator=generator, dtype=torch.float64) - 0.5))
+    assert cauchy.scale_mle(draws) == pytest.approx(2.5, rel=0.05)
+    few = draws[:9]
+    gamma = cauchy.scale_mle(few)
+    likelihood = lambda g: float(cauchy.log_prob(few, torch.zeros(()), torch.tensor(g, dtype=torch.float64)).sum())  # noqa: E731
+    assert likelihood(gamma) >= max(likelihood(gamma * 1.01), likelihood(gamma / 1.01))
+    assert cauchy.scale_mle(torch.tensor([0.0, 0.0, 3.0])) == pytest.approx(1e-6)  # the root lies below the floor
+    assert cauchy.scale_mle(torch.tensor([0.0, 0.0, 3.0]), minimum=1e-3) == pytest.approx(1e-3)

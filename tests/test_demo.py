@@ -153,12 +153,6 @@ def test_date_fields_become_day_of_year_terms():
     assert matrix[0, 1].item() == pytest.approx(math.sin(angle)) and matrix[0, 2].item() == pytest.approx(math.cos(angle))
 
 
-def test_cauchy_scale_mle():
-    generator = torch.Generator().manual_seed(0)
-    draws = 2.5 * torch.tan(math.pi * (torch.rand(20000, generator=generator, dtype=torch.float64) - 0.5))
-    assert baselines.cauchy_scale_mle(draws) == pytest.approx(2.5, rel=0.05)
-
-
 def test_target_number_index_and_split():
     assert demo.target_number_index("rain {precipitation} mm, low {temp_min} C, high {temp_max} C.", "temp_max") == -1
     assert demo.target_number_index("high {temp_max}, low {temp_min}", "temp_max") == -2

@@ -9,7 +9,9 @@ import torch
 
 from causal_qwen import from_qwen
 from causal_qwen.training.collator import NumericCollator, TokenizedDataset
-from causal_qwen.training.interval_check import central_coverage, check_intervals, standardized_errors
+from causal_qwen.core.cauchy import scale_mle
+from causal_qwen.training.interval_check import (central_coverage, check_intervals, slice_predictions,
+                                                    standardized_errors)
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -21,30 +23,52 @@ def numbers_dataset(values: list[float]) -> TokenizedDataset:
     return TokenizedDataset([{"input_ids": [5, SMALL_NUM_ID, 7], "numeric_values": [0.0, v, 0.0]} for v in values])
 
 
+def cauchy_values(count: int, scale: float, generator: torch.Generator) -> list[float]:
+    return (scale * torch.tan(math.pi * (torch.rand(count, generator=generator, dtype=torch.float64) - 0.5))).tolist()
+
+
 def test_too_narrow_intervals_are_widened_to_half_coverage_and_good_ones_kept():
     model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e-3)
     generator = torch.Generator().manual_seed(0)
-    values = (torch.randn(200, generator=generator) * 1e4).tolist()  # far wider than scale_Y
+    values = cauchy_values(400, 1e4, generator)  # far wider than scale_Y
     data, collator = numbers_dataset(values), NumericCollator(pad_token_id=0)
     narrow = standardized_errors(model, data, collator, batch_size=32, target_ordinals=None)
-    assert narrow.numel() == 200 and central_coverage(narrow, 0.5) < 0.3
+    assert narrow.numel() == 400 and central_coverage(narrow, 0.5) < 0.3
 
     report = check_intervals(model, data, collator, batch_size=32)
-    assert report is not None and report.rescaled and report.numbers == 200
-    assert report.factor == pytest.approx(float(narrow.abs().median()))
+    assert report is not None and report.rescaled and report.numbers == 400 and report.likelihood_ratio > 100
+    assert report.factor == pytest.approx(scale_mle(narrow))  # the Cauchy scale that fits the slice best
     assert model.config.number_scale_factor == pytest.approx(report.factor)
-    assert abs(report.coverage_50_after - 0.5) <= 0.006  # within one number of 200
+    assert abs(report.coverage_50_after - 0.5) <= 0.06 and abs(report.coverage_90_after - 0.9) <= 0.05
     again = standardized_errors(model, data, collator, batch_size=32, target_ordinals=None)  # the model itself
     assert central_coverage(again, 0.5) == pytest.approx(report.coverage_50_after)
 
     kept = check_intervals(model, data, collator, batch_size=32)  # now calibrated on this slice: left alone
-    assert kept is not None and not kept.rescaled and kept.factor == pytest.approx(1.0, abs=0.05)
+    assert kept is not None and not kept.rescaled and kept.factor == pytest.approx(1.0, abs=0.01)
     assert model.config.number_scale_factor == pytest.approx(report.factor)
     assert check_intervals(model, numbers_dataset(values[:5]), collator, batch_size=8) is None  # too few numbers
     wide = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e3)
-    narrowed = check_intervals(wide, numbers_dataset((torch.randn(100, generator=generator)).tolist()), collator, 32)
+    narrowed = check_intervals(wide, numbers_dataset(cauchy_values(100, 1.0, generator)), collator, 32)
     assert narrowed is not None and narrowed.rescaled and narrowed.factor < 0.1  # too wide: narrowed
-    assert narrowed.coverage_50_before > 0.9 and abs(narrowed.coverage_50_after - 0.5) <= 0.011
+    assert narrowed.coverage_50_before > 0.9 and abs(narrowed.coverage_50_after - 0.5) <= 0.11
+
+
+def test_a_few_numbers_that_miss_by_far_are_enough_to_widen():
+    """Nine numbers, two inside the 50% interval and the rest ten to forty scales out: the coverage alone (2 of 9)
+    is within two binomial deviations of a half, but how far they fall is not, so the likelihood-ratio test widens;
+    nine numbers that agree with the intervals are left alone."""
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1.0)
+    collator = NumericCollator(pad_token_id=0)
+    _, loc, scale = (float(t[0]) for t in slice_predictions(model, numbers_dataset([0.0]), collator, 1, None))
+    offsets = [0.3, -0.5, 10.0, -12.0, 15.0, -20.0, 25.0, 30.0, -40.0]
+    far = [loc + offset * scale for offset in offsets]
+    report = check_intervals(model, numbers_dataset(far), collator, batch_size=16)
+    assert report is not None and report.coverage_50_before == pytest.approx(2 / 9)
+    assert report.rescaled and report.factor > 5 and report.coverage_90_after > report.coverage_90_before
+    model.config.number_scale_factor = 1.0  # back to the intervals the offsets were drawn for
+    agreeing = [loc + offset * scale for offset in (0.2, -0.4, 0.7, -1.1, 1.5, -0.9, 2.5, -0.3, 0.6)]
+    kept = check_intervals(model, numbers_dataset(agreeing), collator, batch_size=16)
+    assert kept is not None and not kept.rescaled and kept.likelihood_ratio < 3.84
 
 
 def test_target_ordinals_pick_one_number_per_document():

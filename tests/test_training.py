@@ -212,7 +212,8 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     pass. With their learning rates at 0 the final model keeps both."""
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.collator import NumericCollator
-    from causal_qwen.training.training import build_datasets
+    from causal_qwen.training.training import (keep_check_slice, out_of_fold_order, read_split_documents,
+                                               tokenize_datasets)
     from causal_qwen.training.warm_start import offset_logistic_fit, out_of_fold_residuals, read_positions, ridge_fit
 
     model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
@@ -226,7 +227,9 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     assert any(line.startswith("<NUM> warm start:") for line in lines), lines
 
     tokenizer = NumericTokenizer.from_pretrained(str(assets / "tokenizer"))
-    dataset, _ = build_datasets(run, tokenizer)
+    train_docs, valid_docs = read_split_documents(run)
+    train_docs, _ = keep_check_slice(run, train_docs)
+    dataset, _ = tokenize_datasets(run, tokenizer, out_of_fold_order(run, train_docs), valid_docs)  # training's order
     batches = [NumericCollator(pad_token_id=tokenizer.pad_token_id)([dataset[i] for i in range(start, min(start + 4, len(dataset)))])
                for start in range(0, len(dataset), 4)]
     reference = from_qwen(str(assets / "base"), **model_config)  # the run's starting point
@@ -357,22 +360,22 @@ def test_training_uses_fused_loss_matching_the_reference(assets, tmp_path, monke
     import causal_qwen.core.fused_ovr as fused_ovr
 
     calls = []
-    original = fused_ovr.model_classification_loss
+    original = fused_ovr.fused_ovr_loss
 
-    def counting(*args, **kwargs):
-        calls.append(1)
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("implementation", "fused"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(fused_ovr, "model_classification_loss", counting)
+    monkeypatch.setattr(fused_ovr, "fused_ovr_loss", recording)
     exact = {"ovr_negatives": None}
     fused = run_training(config(assets, tmp_path / "fused", max_steps=3, model_config=exact))
-    assert calls, "the default training path goes through the fused head"
+    assert calls and set(calls) == {"fused"}, "the default training path goes through the fused head"
     calls.clear()
     reference = run_training(
         config(assets, tmp_path / "reference", max_steps=3,
                model_config={**exact, "ovr_loss_implementation": "reference"})
     )
-    assert not calls
+    assert calls and set(calls) == {"reference"}
     fused_steps, reference_steps = train_records(fused.metrics_file), train_records(reference.metrics_file)
     assert len(fused_steps) == len(reference_steps) == 3
     for a, b in zip(fused_steps, reference_steps):

@@ -151,3 +151,56 @@ def test_num_token_warm_start_fits_the_num_row_alone_and_the_softmax_follows_it(
     assert any("no number follows any of the 1 positions read" in line for line in said), said
     with pytest.raises(ValueError, match="<NUM> token warm start"):
         warm_start(model, dataset, NumericCollator(pad_token_id=0), batch_size=4, num_token_ridge=float("nan"))
+
+
+def test_auto_ridge_is_weak_for_features_that_predict_and_strong_for_noise():
+    """``regression_warm_start: auto`` picks the relative ridge by the out-of-fold error (one-standard-error rule):
+    a linear rule in the features is read out with a weak ridge; features unrelated to the numbers give way to a
+    strong ridge (toward the training mean), whose out-of-fold error is then no worse than the mean's."""
+    from causal_qwen.training.warm_start import RIDGE_GRID, choose_ridge
+
+    generator = torch.Generator().manual_seed(3)
+    features = torch.randn(300, 20, generator=generator, dtype=torch.float64)
+    rule = features @ torch.linspace(-1, 1, 20, dtype=torch.float64) + 0.05 * torch.randn(300, generator=generator,
+                                                                                          dtype=torch.float64)
+    ridge, table = choose_ridge(features, rule)
+    assert ridge <= 1e-2 and set(table) == {f"{value:g}" for value in RIDGE_GRID}
+    assert table[f"{ridge:g}"] <= 1.1 * min(table.values())  # within a standard error of the best
+    noise = torch.randn(300, generator=generator, dtype=torch.float64) * 5 + 40
+    ridge, table = choose_ridge(features[:, :20], noise)
+    assert ridge >= 10
+    mean_error = float((noise - noise.mean()).abs().median())
+    assert table[f"{ridge:g}"] <= 1.1 * mean_error
+    assert choose_ridge(features[:5], noise[:5]) == (1.0, {})  # too few numbers to choose by: the fallback
+
+
+def test_auto_is_a_valid_regression_warm_start_only():
+    from causal_qwen.training.train_config import TrainConfig
+
+    TrainConfig(model="random:tiny", data="x.jsonl", regression_warm_start="auto").validate("test")
+    with pytest.raises(ValueError, match="regression_warm_start"):
+        TrainConfig(model="random:tiny", data="x.jsonl", regression_warm_start="strong").validate("test")
+    with pytest.raises(ValueError, match="num_token_warm_start"):
+        TrainConfig(model="random:tiny", data="x.jsonl", num_token_warm_start="auto").validate("test")
+
+
+def test_out_of_fold_blocks_are_periods_for_a_time_split_and_random_fifths_otherwise():
+    """Rows grouped in the file (one symbol after another) are put in date order for a split by date, so each
+    out-of-fold block is a period; with a split column every training row shares (a fold), a seeded shuffle."""
+    from causal_qwen.training.data import Document
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import out_of_fold_order
+
+    dates = ["Mar 1 2001", "Jan 1 2000", "Feb 1 2000", "Jan 1 2001", "Dec 1 2000"]  # a date format, not text order
+    docs = [Document(text=f"{symbol} {date}", source="f", row=i, split_value=date)
+            for i, (symbol, date) in enumerate((s, d) for s in ("A", "B") for d in dates)]
+    config = TrainConfig(model="random:tiny", data="x.jsonl", split_by="date", split_at="Jan 1 2002")
+    ordered = out_of_fold_order(config, docs)
+    assert [doc.split_value for doc in ordered][::2] == ["Jan 1 2000", "Feb 1 2000", "Dec 1 2000", "Jan 1 2001",
+                                                         "Mar 1 2001"]
+    assert [doc.text for doc in ordered][:2] == ["A Jan 1 2000", "B Jan 1 2000"]  # stable within a date
+    folds = [Document(text=str(i), source="f", row=i, split_value=0) for i in range(40)]
+    fold_config = TrainConfig(model="random:tiny", data="x.jsonl", split_by="fold", split_at=1, seed=3)
+    shuffled = out_of_fold_order(fold_config, folds)
+    assert sorted(doc.row for doc in shuffled) == list(range(40)) and [d.row for d in shuffled] != list(range(40))
+    assert [d.row for d in out_of_fold_order(fold_config, folds)] == [d.row for d in shuffled]  # seeded

@@ -174,6 +174,22 @@ def nll(value: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
     return -log_prob(value, loc, scale)
 
 
+def scale_mle(residuals: Tensor, minimum: float = 1e-6, iterations: int = 200) -> float:
+    """The maximum-likelihood ``γ`` of ``r ~ Cauchy(0, γ)`` for residuals r (M,): the root of
+    ``(1/M) Σ_m γ²/(r_m² + γ²) = 1/2``, which rises with ``γ``, found by bisection on ``log γ`` in
+    ``[minimum, max |r| + 1]``; ``minimum`` when the root lies below it (half of the residuals or more about 0)."""
+    squared = residuals.double().reshape(-1).square()  # (M,)
+    low, high = math.log(minimum), math.log(float(squared.max().sqrt()) + 1.0)
+    for _ in range(iterations):
+        middle = 0.5 * (low + high)
+        gamma_squared = math.exp(2.0 * middle)
+        if float((gamma_squared / (squared + gamma_squared)).mean()) < 0.5:
+            low = middle
+        else:
+            high = middle
+    return math.exp(0.5 * (low + high))
+
+
 def sample(loc: Tensor, scale: Tensor, epsilon: Tensor | None = None, generator: torch.Generator | None = None) -> Tensor:
     """Reparameterised draw ``loc + scale·tan(π(ε - ½))`` with ``ε ~ U(0, 1)``.
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -551,6 +551,7 @@ def fused_ovr_loss(
     negatives: int | None = None,
     generator: torch.Generator | None = None,
     token_noise: Tensor | float | None = None,
+    implementation: str = "fused",
 ) -> FusedOvrOutput:
     """OvR Cauchy head + binary cross-entropy, fused and chunked over the vocabulary.
 
@@ -564,10 +565,16 @@ def fused_ovr_loss(
     token_noise: ``γ`` () ≥ 0, every token's own noise scale (None: 0). ``negatives=m`` replaces the exact sum by the unbiased sampled estimate (module docstring);
     ``generator`` makes the draw reproducible. Inputs in bf16/fp16 are computed in fp32 per slice and their
     gradients cast back. The returned gradients are exact for ``loss``; ``loss_per_position`` is detached.
+    ``implementation="reference"`` computes the same with plain autograd (`reference_ovr_loss`).
     """
+    if implementation not in ("fused", "reference"):
+        raise ValueError(f"implementation must be 'fused' or 'reference', got {implementation!r}")
     threshold, token_noise, row_weights = _checked_inputs(
         loc_U, decision_scale, weight, bias, threshold, target_ids, token_noise, position_weights, reduction
     )
+    if implementation == "reference":
+        return _reference_loss(loc_U, decision_scale, weight, bias, threshold, token_noise, target_ids, row_weights,
+                               num_token_id, negatives, generator)
     if not (isinstance(chunk_size, int) and chunk_size > 0):
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     vocab = weight.shape[0]
@@ -594,29 +601,19 @@ def fused_ovr_loss(
     return FusedOvrOutput(loss=loss, loss_per_position=per_position, target_prob=target_log_prob.exp(), p_num=p_num)
 
 
-def reference_ovr_loss(
-    loc_U: Tensor,
-    decision_scale: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    threshold: Tensor | float,
-    target_ids: Tensor,
-    *,
-    chunk_size: int = 8192,
-    reduction: str = "sum",
-    position_weights: Tensor | None = None,
-    num_token_id: int | None = None,
-    negatives: int | None = None,
-    generator: torch.Generator | None = None,
-    token_noise: Tensor | float | None = None,
+def reference_ovr_loss(*args, **kwargs) -> FusedOvrOutput:
+    """`fused_ovr_loss` (same arguments, same result) written directly from `losses.ovr_bce_per_position` with
+    plain autograd: it materialises (N, V) tensors, and is the fused path's oracle in tests and benchmarks."""
+    return fused_ovr_loss(*args, implementation="reference", **kwargs)
+
+
+def _reference_loss(
+    loc_U: Tensor, decision_scale: Tensor, weight: Tensor, bias: Tensor | None, threshold: Tensor,
+    token_noise: Tensor, target_ids: Tensor, row_weights: Tensor, num_token_id: int | None, negatives: int | None,
+    generator: torch.Generator | None,
 ) -> FusedOvrOutput:
-    """Same result as `fused_ovr_loss`, written directly from `losses.ovr_bce_per_position` with plain
-    autograd; it materialises (N, V) tensors. ``chunk_size`` is accepted for a common signature and unused.
-    bf16/fp16 inputs are promoted to fp32, as the fused path computes."""
-    del chunk_size
-    threshold, token_noise, row_weights = _checked_inputs(
-        loc_U, decision_scale, weight, bias, threshold, target_ids, token_noise, position_weights, reduction
-    )
+    """The reference computation on checked inputs (`_checked_inputs`); bf16/fp16 inputs are promoted to fp32,
+    as the fused path computes."""
     vocab = weight.shape[0]
     up = (lambda t: t.float() if t is not None and t.dtype in _LOW_PRECISION else t)  # noqa: E731
     head_weight, head_bias, head_threshold = up(weight), up(bias), up(threshold)
@@ -669,29 +666,15 @@ def model_classification_loss(
     *,
     position_weight: float,
     num_token_id: int,
-    chunk_size: int = 8192,
-    negatives: int | None = None,
-    generator: torch.Generator | None = None,
-    token_noise: Tensor | None = None,
+    **options: Any,
 ) -> tuple[Tensor, Tensor]:
-    """The model's call: ``(Σ_i position_weight·ℓ_i, P_<NUM> (N,))`` from `fused_ovr_loss`.
+    """The model's call: ``(Σ_i position_weight·ℓ_i, P_<NUM> (N,))`` from `fused_ovr_loss` (``options``: its
+    keywords ``chunk_size``, ``negatives``, ``generator``, ``token_noise``, ``implementation``).
 
     ``position_weight`` is the same for every position (``1/N``, or ``1/(N·V)`` for ``ovr_reduction="mean"``).
     """
     weights = torch.full((loc_U.shape[0],), float(position_weight), dtype=torch.float32, device=loc_U.device)  # (N,)
-    out = fused_ovr_loss(
-        loc_U,
-        decision_scale,
-        weight,
-        bias,
-        threshold,
-        target_ids,
-        chunk_size=chunk_size,
-        position_weights=weights,
-        num_token_id=num_token_id,
-        negatives=negatives,
-        generator=generator,
-        token_noise=token_noise,
-    )
+    out = fused_ovr_loss(loc_U, decision_scale, weight, bias, threshold, target_ids, position_weights=weights,
+                         num_token_id=num_token_id, **options)
     assert out.p_num is not None
     return out.loss, out.p_num

@@ -30,9 +30,9 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-from .cauchy import linear_transform, ovr_probability
+from .cauchy import ovr_probability
 from .decisions import decision_scores, individual_number
-from .losses import gated_regression_loss, ovr_bce_per_position, shift_targets
+from .losses import gated_regression_loss, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbedding, OvrThresholds
 
@@ -411,32 +411,17 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         loc_U, decision_scale: (N,C); target_ids: (N,)
         """
+        from .fused_ovr import model_classification_loss
+
         head = self.action.classification_head
         threshold = self.ovr_thresholds()
         token_noise = self.action.token_noise_scale()  # () γ_S
-        num_id = self.config.num_token_id
-        if self.config.ovr_loss_implementation == "fused":
-            from .fused_ovr import model_classification_loss
-
-            return model_classification_loss(
-                loc_U,
-                decision_scale,
-                head.weight,
-                head.bias,
-                threshold,
-                target_ids,
-                position_weight=position_weight,
-                num_token_id=num_id,
-                chunk_size=self.config.ovr_chunk_size,
-                negatives=self.config.ovr_negatives if self.training else None,
-                token_noise=token_noise,
-            )
-        loc_S, scale_S = linear_transform(loc_U, decision_scale, head.weight, head.bias)  # (N,V) each
-        scale_S = scale_S + token_noise.to(scale_S.dtype)
-        per_position = ovr_bce_per_position(loc_S.float(), scale_S.float(), threshold.float(), target_ids)
-        p_num_threshold = threshold if threshold.dim() == 0 else threshold[num_id]
-        p_num = ovr_probability(loc_S[:, num_id], scale_S[:, num_id], p_num_threshold)  # (N,)
-        return per_position.sum() * position_weight, p_num
+        return model_classification_loss(
+            loc_U, decision_scale, head.weight, head.bias, threshold, target_ids, position_weight=position_weight,
+            num_token_id=self.config.num_token_id, chunk_size=self.config.ovr_chunk_size,
+            negatives=self.config.ovr_negatives if self.training else None, token_noise=token_noise,
+            implementation=self.config.ovr_loss_implementation,
+        )
 
     def ovr_probabilities(self, loc_S: Tensor, scale_S: Tensor) -> Tensor:
         """``P_k = P(S_k > t_k)`` (t: the thresholds) for scores from this model: (...,V) → (...,V)."""

@@ -271,20 +271,6 @@ def _as_float(value: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def cauchy_scale_mle(residuals: Tensor, iterations: int = 200) -> float:
-    """MLE of γ for ``r ~ Cauchy(0, γ)``: the root of ``mean((r² − γ²)/(r² + γ²)) = 0`` (bisection on log γ)."""
-    squared = residuals.double().pow(2)
-    low, high = math.log(1e-6), math.log(float(residuals.abs().max()) + 1.0)
-    for _ in range(iterations):
-        middle = 0.5 * (low + high)
-        gamma2 = math.exp(2 * middle)
-        if float(((squared - gamma2) / (squared + gamma2)).mean()) > 0:
-            low = middle
-        else:
-            high = middle
-    return math.exp(0.5 * (low + high))
-
-
 def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
     """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
     categories: dict[str, list[str]] = {}
@@ -292,14 +278,14 @@ def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], targ
     y = column_values(train, target)  # (R,)
     beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
     residuals = y - matrix @ beta
-    return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy_scale_mle(residuals),
+    return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy.scale_mle(residuals),
                           float(residuals.pow(2).mean().sqrt()))
 
 
 def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
                       family: str = "gaussian") -> Forecast:
     """Least squares on the design matrix of ``fields``; ``family`` ``"gaussian"`` (σ² = mean residual²)
-    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `cauchy_scale_mle`)."""
+    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `cauchy.scale_mle`)."""
     if family not in ("gaussian", "cauchy"):
         raise ValueError(f"least squares family must be 'gaussian' or 'cauchy', got {family!r}")
     start = time.perf_counter()

@@ -7,15 +7,17 @@ Why: a scale learned on the rows the location was fitted to is optimistic, the m
 lie later in time than the training rows (drift). So training keeps a slice of its rows out (``interval_check``:
 the latest ones when the split is by a column such as a date, else a seeded pick), and after training reads the
 model's predictive Cauchy ``(loc_Y, scale_Y)`` at every number of that slice (the target field's number when the
-config names a target). With ``z_m = (y_m − loc_Y,m) / scale_Y,m``, a calibrated Cauchy has ``median |z| = 1``
-(half of its mass lies within one scale of its median), so
+config names a target). With ``z_m = (y_m − loc_Y,m) / scale_Y,m``, the intervals are right when the ``z_m`` are
+standard Cauchy draws; the factor ``f`` that fits them best is the maximum-likelihood scale of a Cauchy centred at
+0 on the slice,
 
-    f = median_m |z_m|
+    f = argmax_f  ℓ(f),   ℓ(f) = Σ_m [−log(π·f) − log(1 + (z_m/f)²)],   i.e.  (1/M) Σ_m 1/(1 + (z_m/f)²) = 1/2,
 
-is the factor that makes the slice's 50% intervals ``loc_Y ± scale_Y`` cover half of it. It is applied
-(``number_scale_factor ← f·number_scale_factor``, every ``scale_Y`` then multiplied by it) when the slice's
-50% coverage lies outside ``0.5 ± 2·√(0.25/M)``, the band two binomial standard deviations wide, so a slice
-that agrees with the intervals leaves them as they are.
+and it is applied (``number_scale_factor ← f·number_scale_factor``, every ``scale_Y`` then multiplied by it) when
+the likelihood-ratio test rejects ``f = 1`` at 5%: ``2·(ℓ(f) − ℓ(1)) > 3.84`` (χ² with one degree of freedom).
+The test reads how far each number falls, not only whether it falls inside the 50% interval, so a handful of
+numbers that all miss by ten scales is enough to widen the intervals, while a slice that agrees with them leaves
+them as they are.
 
 The location check (`causal_qwen.training.location_check`) runs on the same slice just before, and may shrink the
 regression head toward the training median; this check then measures (and rescales) the shrunk model's widths.
@@ -31,22 +33,24 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ..core.cauchy import interval_half_width
+from ..core.cauchy import interval_half_width, log_prob, scale_mle
 
 logger = logging.getLogger(__name__)
 
 MIN_NUMBERS = 8  # fewer numbers in the slice: too few to tell a width (the check is skipped)
+CHI2_1DF_95 = 3.841  # the likelihood-ratio statistic's 95% point (one degree of freedom)
 
 
 @dataclass
 class IntervalCheckReport:
-    """numbers: ``M``; coverage_50/_90 before and after; factor: ``f``; rescaled: whether it was applied;
-    scale_factor: the model's ``number_scale_factor`` afterwards."""
+    """numbers: ``M``; coverage_50/_90 before and after; factor: ``f``; likelihood_ratio: ``2·(ℓ(f) − ℓ(1))``;
+    rescaled: whether it was applied; scale_factor: the model's ``number_scale_factor`` afterwards."""
 
     numbers: int
     coverage_50_before: float
     coverage_90_before: float
     factor: float
+    likelihood_ratio: float
     rescaled: bool
     coverage_50_after: float
     coverage_90_after: float
@@ -57,7 +61,7 @@ class IntervalCheckReport:
 
     def line(self) -> str:
         what = (f"intervals rescaled by {self.factor:.3g}" if self.rescaled
-                else f"intervals kept (factor {self.factor:.3g} within the band)")
+                else f"intervals kept (factor {self.factor:.3g} not significant)")
         return (f"interval check on {self.numbers} numbers of training rows kept out of training: 50% / 90% "
                 f"coverage {self.coverage_50_before:.2f} / {self.coverage_90_before:.2f}; {what}; now "
                 f"{self.coverage_50_after:.2f} / {self.coverage_90_after:.2f}")
@@ -66,6 +70,12 @@ class IntervalCheckReport:
 def central_coverage(standardized_error: Tensor, level: float) -> float:
     """Share of ``|z|`` within the central ``level`` interval of a standard Cauchy, ``tan(π·level/2)``."""
     return float((standardized_error.abs() <= interval_half_width(level)).double().mean())
+
+
+def cauchy_log_likelihood(standardized_error: Tensor, factor: float) -> float:
+    """``ℓ(f) = Σ_m log p(z_m)`` under ``Cauchy(0, f)`` for z (M,) (`cauchy.log_prob`)."""
+    z = standardized_error.double()
+    return float(log_prob(z, torch.zeros_like(z), torch.full_like(z, factor)).sum())
 
 
 @torch.no_grad()
@@ -119,18 +129,18 @@ def check_intervals(model, dataset, collator, batch_size: int,
     if z.numel() < MIN_NUMBERS:
         logger.info("interval check: %d numbers in the slice, fewer than %d: skipped", z.numel(), MIN_NUMBERS)
         return None
-    factor = float(z.abs().median())
+    factor = scale_mle(z)
+    ratio = 2.0 * (cauchy_log_likelihood(z, factor) - cauchy_log_likelihood(z, 1.0))
     before_50, before_90 = central_coverage(z, 0.5), central_coverage(z, 0.9)
-    band = 2 * math.sqrt(0.25 / z.numel())
-    rescaled = abs(before_50 - 0.5) > band and factor > 0
+    rescaled = ratio > CHI2_1DF_95 and factor > 0
     config = model.config
     if rescaled:
         config.number_scale_factor = float(config.number_scale_factor * factor)
         z = z / factor
     report = IntervalCheckReport(
         numbers=int(z.numel()), coverage_50_before=before_50, coverage_90_before=before_90, factor=factor,
-        rescaled=rescaled, coverage_50_after=central_coverage(z, 0.5), coverage_90_after=central_coverage(z, 0.9),
-        scale_factor=float(config.number_scale_factor),
+        likelihood_ratio=ratio, rescaled=rescaled, coverage_50_after=central_coverage(z, 0.5),
+        coverage_90_after=central_coverage(z, 0.9), scale_factor=float(config.number_scale_factor),
     )
     logger.info("interval check: %s", report.to_dict())
     return report

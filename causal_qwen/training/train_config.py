@@ -119,11 +119,11 @@ class TrainConfig:
     real base it is ~1e-9 (``s``) and ~1e-4 (``γ_S``) logits, and one Adam step would move it by orders of magnitude
     (the standard decision and the sparsity of the OvR probabilities with it). ``false`` lets it train (the
     random recipe does); null: the recipe's."""
-    regression_warm_start: float | bool | None = None
+    regression_warm_start: float | str | bool | None = None
     """Start the regression head at the ridge fit of the training numbers on the model's features, with this
-    relative ridge ``λ`` (1e-3 is a good value), and the numbers' own noise at the fit's median absolute residual
-    (`causal_qwen.training.warm_start`); read once before the first step, not on resume. false: the converted
-    head (``N(0, 1/C)``); null: the recipe's (pretrained 1e-2)."""
+    relative ridge ``λ`` (``auto``: the one of 1e-4 … 100 with the smallest out-of-fold error), and the numbers'
+    own noise at the fit's median absolute out-of-fold residual (`causal_qwen.training.warm_start`); read once
+    before the first step, not on resume. false: the converted head (``N(0, 1/C)``); null: the recipe's."""
     num_token_warm_start: float | bool | None = None
     """Start the classification head's ``<NUM>`` row at the softmax-likelihood fit of "is the next token a number"
     on the model's features, every other row fixed, with this ridge ``λ`` on standardised features (1e-3 is a
@@ -212,8 +212,11 @@ class TrainConfig:
         need(self.lora_r >= 1, "lora_r", "must be >= 1")
         for key in ("regression_warm_start", "num_token_warm_start"):
             value = getattr(self, key)
-            need(value is False or (not isinstance(value, bool) and math.isfinite(value) and value > 0), key,
-                 "must be a positive ridge, false or null")
+            if key == "regression_warm_start" and value == "auto":
+                continue
+            need(value is False or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                    and math.isfinite(value) and value > 0), key,
+                 "must be a positive ridge, " + ("auto, " if key == "regression_warm_start" else "") + "false or null")
         need(self.interval_check is False or (not isinstance(self.interval_check, bool)
                                                and 0 < self.interval_check < 0.5),
              "interval_check", "must be a fraction in (0, 0.5), false or null")

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -374,6 +375,22 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
     return kept, check
 
 
+def out_of_fold_order(config: TrainConfig, train_docs: list) -> list:
+    """The training documents in the order the warm start's out-of-fold blocks are cut in (`warm_start`): by the
+    ``split_by`` column (stable) when its values differ, so that each block is a period of time as a later held-out
+    period will be; else a seeded shuffle (a random split: each block a random fifth, as the held-out rows are),
+    so that rows grouped in the file (one symbol, one source after another) do not make a block a group the
+    other blocks never saw. Training draws its batches at random, so only the warm start reads this order."""
+    if config.split_by is not None and len({repr(doc.split_value) for doc in train_docs}) > 1:
+        values = [doc.split_value for doc in train_docs]
+        key = data_module.split_key(values, None, config.split_by,
+                                    where=[f"{doc.source}: row {doc.row}" for doc in train_docs])
+        return sorted(train_docs, key=lambda doc: key(doc.split_value))
+    shuffled = list(train_docs)
+    random.Random(config.seed).shuffle(shuffled)
+    return shuffled
+
+
 def check_slice_dataset(config: TrainConfig, tokenizer: Any, check_docs: list) -> tuple[TokenizedDataset, list | None]:
     """The slice's documents tokenized, and the index of each one's target among its numbers (None: every number of
     the slice is read, when a document has no target or the tokenizer cut one)."""
@@ -599,6 +616,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     tell(config.recipe_line(), report)
     train_docs, valid_docs = read_split_documents(config, report)
     train_docs, check_docs = keep_check_slice(config, train_docs, report)
+    train_docs = out_of_fold_order(config, train_docs)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)

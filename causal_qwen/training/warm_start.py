@@ -10,10 +10,15 @@ starts at the ridge solution
 
     [W_reg, b_reg] = argmin_{W,b}  Σ_m (W·x_m + b − y_m)²  +  M·λ·(‖X‖²_F/(M·C))·‖W‖²
 
-(``λ`` relative to the features' mean square, so one value fits every base), and the numbers' own noise, when the
+(``λ`` relative to the features' mean square, so one value fits every base; ``regression_warm_start: auto``
+chooses it among `RIDGE_GRID` by the out-of-fold residuals below, `choose_ridge`: the strongest ridge within one
+standard error of the smallest out-of-fold error, so features that do not predict the numbers out of fold give
+way to a strong ridge, the training mean), and the numbers' own noise, when the
 model has one, at ``γ_Y = median_m |r_m|``, the median absolute deviation of a Cauchy being its scale, with ``r_m``
-the **out-of-fold** residuals: the targets cut into `FOLDS` contiguous blocks in the data's order (for a table
-split by date, periods of time), each block's residuals from the fit to the other blocks. In-sample residuals
+the **out-of-fold** residuals: the targets cut into `FOLDS` contiguous blocks in the data's order, each block's
+residuals from the fit to the other blocks (training puts its documents in time order when the split is by a
+column such as a date, so that a block is a period of time, and in a seeded random order otherwise:
+`training.out_of_fold_order`). In-sample residuals
 are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
 period will.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
@@ -56,6 +61,8 @@ from ..core.losses import shift_targets
 logger = logging.getLogger(__name__)
 
 DEFAULT_RIDGE = 1e-3
+RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # the relative ridges ``auto`` chooses among
+AUTO_FALLBACK_RIDGE = 1.0  # ``auto`` with fewer than 2·FOLDS numbers (no out-of-fold residuals to choose by)
 FOLDS = 5  # blocks of the out-of-fold residuals (fewer than 2·FOLDS targets: in-sample residuals)
 MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
 LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of positions at a time: (n,V) float32
@@ -64,13 +71,15 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 @dataclass
 class WarmStartReport:
     """numbers: targets read; ridge: ``λ``; train_mdae: median |in-sample residual| on those targets;
-    out_of_fold_mdae: median |out-of-fold residual| (``γ_Y``); seconds: wall time."""
+    out_of_fold_mdae: median |out-of-fold residual| (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with
+    ``auto``, the median |out-of-fold residual| of every ``λ`` tried (None otherwise)."""
 
     numbers: int
     ridge: float
     train_mdae: float
     out_of_fold_mdae: float
     seconds: float
+    out_of_fold_by_ridge: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -202,6 +211,26 @@ def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds:
     return residuals
 
 
+def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RIDGE_GRID) -> tuple[float, dict[str, float]]:
+    """``(λ, {λ: e(λ)})`` with ``e(λ)`` the mean over the `FOLDS` blocks of each block's median absolute
+    out-of-fold residual (`out_of_fold_residuals`): the largest ``λ`` of ``grid`` whose ``e`` lies within one
+    standard error (the blocks' spread of ``e`` at the best ``λ``, over ``√FOLDS``) of the smallest ``e`` — the
+    one-standard-error rule: the strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and
+    an empty table) when there are fewer than ``2·FOLDS`` targets."""
+    count = len(values)
+    if count < 2 * FOLDS:
+        return AUTO_FALLBACK_RIDGE, {}
+    edges = [round(count * k / FOLDS) for k in range(FOLDS + 1)]
+    per_block = {}
+    for ridge in grid:
+        residuals = out_of_fold_residuals(features, values, ridge).abs()  # (M,)
+        per_block[ridge] = torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])  # (FOLDS,)
+    table = {f"{ridge:g}": float(errors.mean()) for ridge, errors in per_block.items()}
+    best = min(grid, key=lambda ridge: table[f"{ridge:g}"])
+    limit = table[f"{best:g}"] + float(per_block[best].std()) / math.sqrt(FOLDS)
+    return max(ridge for ridge in grid if table[f"{ridge:g}"] <= limit), table
+
+
 def offset_logistic_nats(
     features: Tensor, offsets: Tensor, labels: Tensor, weight: Tensor, bias: Tensor
 ) -> float:
@@ -244,7 +273,7 @@ def offset_logistic_fit(
 
 
 def warm_start_regression(
-    model, dataset: Dataset, collator, batch_size: int, ridge: float = DEFAULT_RIDGE
+    model, dataset: Dataset, collator, batch_size: int, ridge: float | str = DEFAULT_RIDGE
 ) -> WarmStartReport | None:
     """Set ``W_reg``, ``b_reg`` (and ``γ_Y`` when the model has the numbers' own noise) from ``dataset`` as the
     module docstring says; returns None (and changes nothing) when the data hold no number. Every process of a
@@ -257,7 +286,7 @@ def warm_start(
     dataset: Dataset,
     collator,
     batch_size: int,
-    regression_ridge: float | None = None,
+    regression_ridge: float | str | None = None,
     num_token_ridge: float | None = None,
     max_positions: int = MAX_TOKEN_POSITIONS,
     progress: Callable[[str], None] | None = None,
@@ -268,7 +297,9 @@ def warm_start(
     same order, so all start from the same heads. ``progress`` gets one-line messages (the pass takes a forward
     pass over the training set: minutes for a real base on a CPU)."""
     for name, ridge in (("regression", regression_ridge), ("<NUM> token", num_token_ridge)):
-        if ridge is not None and not (math.isfinite(ridge) and ridge > 0):
+        if ridge is None or (name == "regression" and ridge == "auto"):
+            continue
+        if isinstance(ridge, str) or not (math.isfinite(ridge) and ridge > 0):
             raise ValueError(f"the ridge of the {name} warm start must be a positive number, got {ridge!r}")
     reports: dict[str, WarmStartReport | NumTokenStartReport | None] = {"regression": None, "num_token": None}
     if regression_ridge is None and num_token_ridge is None:
@@ -289,7 +320,8 @@ def warm_start(
     if regression_ridge is not None:
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
         if progress is not None:
-            progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}, median "
+            chosen = " (auto: by the out-of-fold error)" if regression.out_of_fold_by_ridge else ""
+            progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}{chosen}, median "
                      f"absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} out "
                      f"of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
     if num_token_ridge is not None and not bool(positions.next_is_number.any()):
@@ -307,9 +339,12 @@ def warm_start(
     return reports
 
 
-def _start_regression(model, positions: TrainingPositions, ridge: float, read_seconds: float) -> WarmStartReport:
+def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float) -> WarmStartReport:
     started = time.perf_counter()
     features, values = positions.number_features, positions.number_values
+    by_ridge = None
+    if ridge == "auto":
+        ridge, by_ridge = choose_ridge(features, values)
     weight, bias = ridge_fit(features, values, ridge)
     in_sample = float((features @ weight + bias - values).abs().median())
     spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
@@ -322,7 +357,7 @@ def _start_regression(model, positions: TrainingPositions, ridge: float, read_se
             noise.weight.zero_()
             noise.bias.fill_(inverse_softplus(spread))
     report = WarmStartReport(numbers=len(values), ridge=ridge, train_mdae=in_sample, out_of_fold_mdae=spread,
-                             seconds=read_seconds + time.perf_counter() - started)
+                             seconds=read_seconds + time.perf_counter() - started, out_of_fold_by_ridge=by_ridge)
     logger.info("regression warm start: %s", report.to_dict())
     return report
 
