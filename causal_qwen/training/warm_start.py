@@ -72,7 +72,7 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 class WarmStartReport:
     """numbers: targets read; ridge: ``λ``; train_mdae: median |in-sample residual| on those targets;
     out_of_fold_mdae: median |out-of-fold residual| (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with
-    ``auto``, the median |out-of-fold residual| of every ``λ`` tried (None otherwise)."""
+    ``auto``, the out-of-fold error ``e(λ)`` of every ``λ`` tried (`choose_ridge`; None otherwise)."""
 
     numbers: int
     ridge: float
