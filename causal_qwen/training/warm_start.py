@@ -13,7 +13,8 @@ starts at the ridge solution
 (``λ`` relative to the features' mean square, so one value fits every base; ``regression_warm_start: auto``
 chooses it among `RIDGE_GRID` by the out-of-fold residuals below, `choose_ridge`: the strongest ridge within one
 standard error of the smallest out-of-fold error, so features that do not predict the numbers out of fold give
-way to a strong ridge, the training mean), and the numbers' own noise, when the
+way to a strong ridge, the training mean; the grid starts at 1e-2, the ridge that served real bases best, because
+blocks of the training period favour weaker ridges than a later period does), and the numbers' own noise, when the
 model has one, at ``γ_Y = median_m |r_m|``, the median absolute deviation of a Cauchy being its scale, with ``r_m``
 the **out-of-fold** residuals: the targets cut into `FOLDS` contiguous blocks in the data's order, each block's
 residuals from the fit to the other blocks (training puts its documents in time order when the split is by a
@@ -61,7 +62,7 @@ from ..core.losses import shift_targets
 logger = logging.getLogger(__name__)
 
 DEFAULT_RIDGE = 1e-3
-RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # the relative ridges ``auto`` chooses among
+RIDGE_GRID = (1e-2, 1e-1, 1.0, 10.0, 100.0)  # the relative ridges ``auto`` chooses among: never below 1e-2
 AUTO_FALLBACK_RIDGE = 1.0  # ``auto`` with fewer than 2·FOLDS numbers (no out-of-fold residuals to choose by)
 FOLDS = 5  # blocks of the out-of-fold residuals (fewer than 2·FOLDS targets: in-sample residuals)
 MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
