@@ -26,7 +26,6 @@ regression head toward the training median; this check then measures (and rescal
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -132,7 +131,7 @@ def check_intervals(model, dataset, collator, batch_size: int,
     factor = scale_mle(z)
     ratio = 2.0 * (cauchy_log_likelihood(z, factor) - cauchy_log_likelihood(z, 1.0))
     before_50, before_90 = central_coverage(z, 0.5), central_coverage(z, 0.9)
-    rescaled = ratio > CHI2_1DF_95 and factor > 0
+    rescaled = ratio > CHI2_1DF_95  # f ≥ scale_mle's floor > 0
     config = model.config
     if rescaled:
         config.number_scale_factor = float(config.number_scale_factor * factor)

@@ -121,9 +121,9 @@ class TrainConfig:
     random recipe does); null: the recipe's."""
     regression_warm_start: float | str | bool | None = None
     """Start the regression head at the ridge fit of the training numbers on the model's features, with this
-    relative ridge ``λ`` (``auto``: the one of 1e-4 … 100 with the smallest out-of-fold error), and the numbers'
-    own noise at the fit's median absolute out-of-fold residual (`causal_qwen.training.warm_start`); read once
-    before the first step, not on resume. false: the converted head (``N(0, 1/C)``); null: the recipe's."""
+    relative ridge ``λ`` (``auto``: chosen among 1e-2 … 100 by the out-of-fold error, `warm_start.choose_ridge`),
+    and the numbers' own noise at the fit's median absolute out-of-fold residual (`causal_qwen.training.warm_start`);
+    read once before the first step, not on resume. false: the converted head (``N(0, 1/C)``); null: the recipe's."""
     num_token_warm_start: float | bool | None = None
     """Start the classification head's ``<NUM>`` row at the softmax-likelihood fit of "is the next token a number"
     on the model's features, every other row fixed, with this ridge ``λ`` on standardised features (1e-3 is a
