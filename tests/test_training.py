@@ -248,6 +248,17 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     converted_error = float((converted - values).abs().median())
     assert spread < converted_error  # the fit reads the numbers better than the random head
 
+    scored = torch.arange(len(values)) % 2 == 1  # "value", the second number of each sentence
+    targeted = run_training(config(assets, tmp_path / "target", max_steps=1, regression_warm_start=1e-3,
+                                   regression_learning_rate=0.0, learning_rate=0.0, freeze_backbone=True,
+                                   model_config=model_config, target="value"), report=lines.append)
+    assert any(f"({len(dataset)} targets scored)" in line for line in lines), lines
+    kept = CausalQwenForCausalLM.from_pretrained(targeted.final_dir)
+    torch.testing.assert_close(kept.action.regression_head.weight, trained.action.regression_head.weight)  # all numbers
+    target_noise = torch.nn.functional.softplus(kept.action.number_noise.bias).item()
+    assert target_noise == pytest.approx(float(out_of_fold_residuals(features, values, 1e-3)[scored].abs().median()),
+                                         rel=1e-4)  # γ_Y: the targets' out-of-fold residuals
+
     num_id = trained.config.num_token_id
     row, row_bias = offset_logistic_fit(positions.token_features, positions.rest_log_partition,
                                         positions.next_is_number, 1e-2)

@@ -174,6 +174,29 @@ def test_auto_ridge_is_weak_for_features_that_predict_and_strong_for_noise():
     assert choose_ridge(features[:5], noise[:5]) == (1.0, {})  # too few numbers to choose by: the fallback
 
 
+def test_auto_ridge_is_chosen_on_the_scored_numbers():
+    """With ``scored`` (the documents' targets), ``e(λ)`` is each block's median absolute out-of-fold residual over
+    the scored numbers alone, averaged over the blocks, while every fit still reads every number: numbers the
+    features give exactly (a date's day in the same sentence) no longer make the error the ridge is chosen by."""
+    from causal_qwen.training.warm_start import FOLDS, RIDGE_GRID, choose_ridge, out_of_fold_residuals
+
+    generator = torch.Generator().manual_seed(5)
+    features = torch.randn(400, 20, generator=generator, dtype=torch.float64)
+    values = features @ torch.linspace(-1, 1, 20, dtype=torch.float64)  # (M,) a rule the features give exactly
+    scored = torch.arange(400) % 4 == 0  # every fourth number is a target …
+    values[scored] += 3 * torch.randn(int(scored.sum()), generator=generator, dtype=torch.float64)  # … with noise
+    _, every = choose_ridge(features, values)
+    _, table = choose_ridge(features, values, scored=scored)
+    for ridge in RIDGE_GRID:
+        residuals = out_of_fold_residuals(features, values, ridge).abs()  # (M,) fits to every number
+        blocks = residuals.reshape(FOLDS, -1)
+        expected = torch.stack([block[mask].median() for block, mask in zip(blocks, scored.reshape(FOLDS, -1))])
+        assert table[f"{ridge:g}"] == pytest.approx(float(expected.mean()), rel=1e-12)
+        assert every[f"{ridge:g}"] == pytest.approx(float(blocks.median(dim=1).values.mean()), rel=1e-12)
+    assert table["0.01"] > 2 * every["0.01"]  # the targets' error, not the exact numbers'
+    assert choose_ridge(features, values, scored=torch.arange(400) < 9) == (1.0, {})  # 9 targets: the fallback
+
+
 def test_auto_is_a_valid_regression_warm_start_only():
     from causal_qwen.training.train_config import TrainConfig
 

@@ -391,14 +391,20 @@ def out_of_fold_order(config: TrainConfig, train_docs: list) -> list:
     return shuffled
 
 
+def target_ordinals(dataset: TokenizedDataset, docs: list) -> list[int] | None:
+    """The index of each document's target among its numbers, one per row of ``dataset`` (tokenized from
+    ``docs``); None (read every number) when a document has no target or the tokenizer made other rows than
+    documents."""
+    ordinals = [doc.target_ordinal for doc in docs]
+    if len(dataset) != len(docs) or any(ordinal is None for ordinal in ordinals):
+        return None
+    return ordinals
+
+
 def check_slice_dataset(config: TrainConfig, tokenizer: Any, check_docs: list) -> tuple[TokenizedDataset, list | None]:
-    """The slice's documents tokenized, and the index of each one's target among its numbers (None: every number of
-    the slice is read, when a document has no target or the tokenizer cut one)."""
+    """The slice's documents tokenized, and `target_ordinals` (None: every number of the slice is read)."""
     dataset = tokenize_documents(check_docs, tokenizer, config.max_length, config.add_eos)
-    ordinals = [doc.target_ordinal for doc in check_docs]
-    if len(dataset) != len(check_docs) or any(ordinal is None for ordinal in ordinals):
-        ordinals = None  # every number of the slice
-    return dataset, ordinals
+    return dataset, target_ordinals(dataset, check_docs)
 
 
 def run_location_check(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list, pad_id: int,
@@ -634,7 +640,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
                    config.eval_batch_size or config.batch_size,
                    regression_ridge=config.regression_warm_start or None,  # false: off
                    num_token_ridge=config.num_token_warm_start or None,
-                   progress=report)
+                   progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))

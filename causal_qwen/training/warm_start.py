@@ -22,6 +22,10 @@ column such as a date, so that a block is a period of time, and in a seeded rand
 `training.out_of_fold_order`). In-sample residuals
 are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
 period will.
+When every document names a target (the config's ``target``, and at least ``2·FOLDS`` of them), the fit still
+reads every number, but ``e(λ)`` and ``γ_Y`` read only the targets' residuals, the numbers the user scores: in
+``{symbol} on {date}: {price} dollars.`` the date's day and year, which outnumber the prices two to one, would
+otherwise choose the price's ridge and set its spread.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
 its learning rate per step, needs many steps to find this read-out (docs/design.md, "Fine-tuning a calibrated
 model"); fine-tuning then starts from it.
@@ -71,11 +75,14 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 
 @dataclass
 class WarmStartReport:
-    """numbers: targets read; ridge: ``λ``; train_mdae: median |in-sample residual| on those targets;
-    out_of_fold_mdae: median |out-of-fold residual| (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with
-    ``auto``, the out-of-fold error ``e(λ)`` of every ``λ`` tried (`choose_ridge`; None otherwise)."""
+    """numbers: number targets read; scored: those the ridge choice and the residuals below read (the documents'
+    named targets when there are at least ``2·FOLDS`` of them, else every number); ridge: ``λ``; train_mdae:
+    median |in-sample residual| on the scored numbers; out_of_fold_mdae: median |out-of-fold residual| there
+    (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
+    ``λ`` tried (`choose_ridge`; None otherwise)."""
 
     numbers: int
+    scored: int
     ridge: float
     train_mdae: float
     out_of_fold_mdae: float
@@ -109,12 +116,14 @@ class NumTokenStartReport:
 class TrainingPositions:
     """What one pass over the training examples reads (`read_positions`).
 
-    number_features (M,C) float64: ``loc_U`` where the next token is ``<NUM>``; number_values (M,): that number.
+    number_features (M,C) float64: ``loc_U`` where the next token is ``<NUM>``; number_values (M,): that number;
+    number_is_target (M,) bool: that number is its document's target (every number when no targets are named).
     token_features (N,C) float32, rest_log_partition (N,) float64 and next_is_number (N,) bool: every position
     kept for the ``<NUM>`` row's fit (empty when not asked for)."""
 
     number_features: Tensor
     number_values: Tensor
+    number_is_target: Tensor
     token_features: Tensor
     rest_log_partition: Tensor
     next_is_number: Tensor
@@ -136,16 +145,19 @@ def rest_log_partition(head: torch.nn.Linear, loc_U: Tensor, num_token_id: int) 
 
 @torch.no_grad()
 def read_positions(
-    model, batches, token_positions: int = 0, progress: Callable[[str], None] | None = None
+    model, batches, token_positions: int = 0, progress: Callable[[str], None] | None = None,
+    target_ordinals: list[int] | None = None,
 ) -> TrainingPositions:
     """One pass over ``batches`` of collated model inputs (``input_ids``, ``numeric_values``, ``attention_mask``):
     the number targets for the regression fit, and up to ``token_positions`` positions for the ``<NUM>`` row's fit
-    (the first ones read). ``progress`` gets a line at every tenth of the batches."""
+    (the first ones read). ``target_ordinals[d]``, when given, is the index of row d's target among its numbers
+    (rows in the batches' order); it marks ``number_is_target``. ``progress`` gets a line at every tenth of the
+    batches."""
     num_id = model.config.num_token_id
     head = model.action.classification_head
     device = head.weight.device  # the batches go where the model is
-    features, values, token_features, partitions, is_next_number = [], [], [], [], []
-    kept = 0
+    features, values, is_target, token_features, partitions, is_next_number = [], [], [], [], [], []
+    kept, row = 0, 0
     total = len(batches) if hasattr(batches, "__len__") else None
     for index, batch in enumerate(batches):
         if total and index % max(1, total // 10) == 0:
@@ -163,6 +175,9 @@ def read_positions(
         loc_U = out.loc_U[:, :-1].reshape(-1, causal_size)[targets.positions]  # (N,C)
         features.append(loc_U[is_number].double())
         values.append(numbers[:, 1:].reshape(-1)[targets.positions][is_number].double())
+        is_target.append(_target_marks(batch.get("labels", ids), num_id, target_ordinals, row)
+                         .reshape(-1)[targets.positions][is_number])
+        row += ids.shape[0]
         take = min(token_positions - kept, loc_U.shape[0])
         if take > 0:
             token_features.append(loc_U[:take].float())
@@ -177,10 +192,22 @@ def read_positions(
     return TrainingPositions(
         number_features=joined(features, 0, causal_size, dtype=torch.float64),
         number_values=joined(values, 0, dtype=torch.float64),
+        number_is_target=joined(is_target, 0, dtype=torch.bool),
         token_features=joined(token_features, 0, causal_size, dtype=torch.float32),
         rest_log_partition=joined(partitions, 0, dtype=torch.float64),
         next_is_number=joined(is_next_number, 0, dtype=torch.bool),
     )
+
+
+def _target_marks(labels: Tensor, num_id: int, target_ordinals: list[int] | None, first_row: int) -> Tensor:
+    """(B,S-1) bool: the next token is the ``<NUM>`` of its row's target (row ``first_row + b`` of
+    ``target_ordinals``), or is any ``<NUM>`` when ``target_ordinals`` is None."""
+    is_number = labels[:, 1:] == num_id  # (B,S-1)
+    if target_ordinals is None:
+        return is_number
+    ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1) index of that number in its row
+    wanted = torch.tensor(target_ordinals[first_row : first_row + len(labels)], device=labels.device)  # (B,)
+    return is_number & (ordinal == wanted[:, None])
 
 
 def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
@@ -212,23 +239,27 @@ def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds:
     return residuals
 
 
-def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RIDGE_GRID) -> tuple[float, dict[str, float]]:
+def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RIDGE_GRID,
+                 scored: Tensor | None = None) -> tuple[float, dict[str, float]]:
     """``(λ, {λ: e(λ)})`` with ``e(λ)`` the mean over the `FOLDS` blocks of each block's median absolute
-    out-of-fold residual (`out_of_fold_residuals`): the largest ``λ`` of ``grid`` whose ``e`` lies within one
-    standard error (the blocks' spread of ``e`` at the best ``λ``, over ``√FOLDS``) of the smallest ``e`` — the
-    one-standard-error rule: the strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and
-    an empty table) when there are fewer than ``2·FOLDS`` targets."""
+    out-of-fold residual (`out_of_fold_residuals`) on the ``scored`` numbers (M,) bool (all when None; the fits
+    read every number): the largest ``λ`` of ``grid`` whose ``e`` lies within one standard error (the blocks'
+    spread of ``e`` at the best ``λ``, over ``√FOLDS``) of the smallest ``e`` — the one-standard-error rule: the
+    strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and an empty table) when fewer
+    than ``2·FOLDS`` numbers are scored."""
     count = len(values)
-    if count < 2 * FOLDS:
+    scored = torch.ones(count, dtype=torch.bool, device=values.device) if scored is None else scored
+    if count < 2 * FOLDS or int(scored.sum()) < 2 * FOLDS:
         return AUTO_FALLBACK_RIDGE, {}
-    edges = [round(count * k / FOLDS) for k in range(FOLDS + 1)]
+    cuts = [round(count * k / FOLDS) for k in range(FOLDS + 1)]
+    blocks = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if bool(scored[a:b].any())]  # those with a scored number
     per_block = {}
     for ridge in grid:
         residuals = out_of_fold_residuals(features, values, ridge).abs()  # (M,)
-        per_block[ridge] = torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])  # (FOLDS,)
+        per_block[ridge] = torch.stack([residuals[a:b][scored[a:b]].median() for a, b in blocks])  # (FOLDS,)
     table = {f"{ridge:g}": float(errors.mean()) for ridge, errors in per_block.items()}
     best = min(grid, key=lambda ridge: table[f"{ridge:g}"])
-    limit = table[f"{best:g}"] + float(per_block[best].std()) / math.sqrt(FOLDS)
+    limit = table[f"{best:g}"] + float(per_block[best].std()) / math.sqrt(len(blocks))
     return max(ridge for ridge in grid if table[f"{ridge:g}"] <= limit), table
 
 
@@ -274,12 +305,14 @@ def offset_logistic_fit(
 
 
 def warm_start_regression(
-    model, dataset: Dataset, collator, batch_size: int, ridge: float | str = DEFAULT_RIDGE
+    model, dataset: Dataset, collator, batch_size: int, ridge: float | str = DEFAULT_RIDGE,
+    target_ordinals: list[int] | None = None,
 ) -> WarmStartReport | None:
     """Set ``W_reg``, ``b_reg`` (and ``γ_Y`` when the model has the numbers' own noise) from ``dataset`` as the
     module docstring says; returns None (and changes nothing) when the data hold no number. Every process of a
     distributed run reads the whole dataset in the same order, so all start from the same head."""
-    return warm_start(model, dataset, collator, batch_size, regression_ridge=ridge)["regression"]
+    return warm_start(model, dataset, collator, batch_size, regression_ridge=ridge,
+                      target_ordinals=target_ordinals)["regression"]
 
 
 def warm_start(
@@ -291,12 +324,17 @@ def warm_start(
     num_token_ridge: float | None = None,
     max_positions: int = MAX_TOKEN_POSITIONS,
     progress: Callable[[str], None] | None = None,
+    target_ordinals: list[int] | None = None,
 ) -> dict[str, WarmStartReport | NumTokenStartReport | None]:
     """The starts of the module docstring that have a ridge, from one pass over ``dataset``:
     ``{"regression": report, "num_token": report}``, None for a start not asked for or without data (no number in
-    the data: both keep the converted values). Every process of a distributed run reads the whole dataset in the
+    the data: both keep the converted values). ``target_ordinals[d]``: the index of row d's target among its
+    numbers, when every row names one (the regression fit reads every number; the ridge choice and ``γ_Y`` read
+    the targets, the numbers the user scores). Every process of a distributed run reads the whole dataset in the
     same order, so all start from the same heads. ``progress`` gets one-line messages (the pass takes a forward
     pass over the training set: minutes for a real base on a CPU)."""
+    if target_ordinals is not None and len(target_ordinals) != len(dataset):
+        raise ValueError(f"target_ordinals has {len(target_ordinals)} entries for a dataset of {len(dataset)} rows")
     for name, ridge in (("regression", regression_ridge), ("<NUM> token", num_token_ridge)):
         if ridge is None or (name == "regression" and ridge == "auto"):
             continue
@@ -311,7 +349,7 @@ def warm_start(
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
     try:
         positions = read_positions(model, loader, token_positions=max_positions if num_token_ridge else 0,
-                                   progress=progress)
+                                   progress=progress, target_ordinals=target_ordinals)
     finally:
         model.train(was_training)
     if len(positions.number_values) == 0:
@@ -322,9 +360,10 @@ def warm_start(
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
         if progress is not None:
             chosen = " (auto: by the out-of-fold error)" if regression.out_of_fold_by_ridge else ""
-            progress(f"regression warm start: {regression.numbers} numbers, ridge {regression.ridge:g}{chosen}, median "
-                     f"absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} out "
-                     f"of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
+            scored = f" ({regression.scored} targets scored)" if regression.scored < regression.numbers else ""
+            progress(f"regression warm start: {regression.numbers} numbers{scored}, ridge {regression.ridge:g}{chosen}, "
+                     f"median absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} "
+                     f"out of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
     if num_token_ridge is not None and not bool(positions.next_is_number.any()):
         message = (f"<NUM> warm start: no number follows any of the {len(positions.next_is_number)} positions read; "
                    "the <NUM> row keeps its converted values")
@@ -343,12 +382,15 @@ def warm_start(
 def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float) -> WarmStartReport:
     started = time.perf_counter()
     features, values = positions.number_features, positions.number_values
+    scored = positions.number_is_target  # (M,)
+    if int(scored.sum()) < 2 * FOLDS:  # too few targets to tell a ridge or a spread by: every number
+        scored = torch.ones_like(scored)
     by_ridge = None
     if ridge == "auto":
-        ridge, by_ridge = choose_ridge(features, values)
+        ridge, by_ridge = choose_ridge(features, values, scored=scored)
     weight, bias = ridge_fit(features, values, ridge)
-    in_sample = float((features @ weight + bias - values).abs().median())
-    spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
+    in_sample = float((features @ weight + bias - values)[scored].abs().median())
+    spread = float(out_of_fold_residuals(features, values, ridge)[scored].abs().median())
     head = model.action.regression_head
     with torch.no_grad():
         head.weight.copy_(weight.reshape(head.weight.shape).to(head.weight.dtype))
@@ -357,7 +399,7 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
         if noise is not None and spread > 0:
             noise.weight.zero_()
             noise.bias.fill_(inverse_softplus(spread))
-    report = WarmStartReport(numbers=len(values), ridge=ridge, train_mdae=in_sample, out_of_fold_mdae=spread,
+    report = WarmStartReport(numbers=len(values), scored=int(scored.sum()), ridge=ridge, train_mdae=in_sample, out_of_fold_mdae=spread,
                              seconds=read_seconds + time.perf_counter() - started, out_of_fold_by_ridge=by_ridge)
     logger.info("regression warm start: %s", report.to_dict())
     return report
