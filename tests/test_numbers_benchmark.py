@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from causal_qwen.core.numbers import find_numbers
+from causal_qwen.core.cauchy import scale_mle
 from causal_qwen.evaluation import baselines
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "number_tables.py"
@@ -62,6 +63,25 @@ def test_least_squares_gaussian_and_cauchy_by_hand():
     assert float(((r2 - gamma**2) / (r2 + gamma**2)).mean()) == pytest.approx(0.0, abs=1e-9)  # the ML equation
     with pytest.raises(ValueError, match="family"):
         baselines.fit_least_squares(train, held_out, ["x"], "y", "laplace")
+
+
+def test_one_scale_baselines_take_their_scale_out_of_fold():
+    """A least-squares fit that interpolates its training rows (a one-hot level per row) has in-sample residuals
+    0; the one-scale baselines read the out-of-fold residuals (each row predicted by the fit to the other folds), so
+    their scale is the error a new row meets, not the 1e-6 floor."""
+    generator = torch.Generator().manual_seed(1)
+    levels = [f"k{index:02d}" for index in range(40)]  # a level per row
+    y = torch.randn(40, generator=generator, dtype=torch.float64) * 3 + 10
+    train = [{"kind": level, "y": str(float(value))} for level, value in zip(levels, y)]
+    matrix, _ = baselines.design_matrix(train, ["kind"], {})  # (40,40): one coefficient per level
+    in_sample = y - matrix @ baselines.least_squares(matrix, y)
+    residuals = baselines.out_of_fold_residuals(matrix, y)
+    forecast = baselines.fit_least_squares(train, train[:2], ["kind"], "y", "cauchy")
+    assert float(forecast.scale[0]) == pytest.approx(float(scale_mle(residuals)))
+    assert float(in_sample.abs().max()) < 1e-9 and float(scale_mle(in_sample)) < 1e-5  # the floor
+    assert float(forecast.scale[0]) > 1.0  # the rows' own noise (3) shows
+    gaussian = baselines.fit_least_squares(train, train[:2], ["kind"], "y", "gaussian")
+    assert float(gaussian.scale[0]) == pytest.approx(float(residuals.pow(2).mean().sqrt()))
 
 
 def test_gradient_boosting_quantiles_follow_the_noise():

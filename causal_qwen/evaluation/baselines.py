@@ -26,8 +26,13 @@ The baselines, fitted on the training rows only:
     last_value            the last training value (per group) in time order, b = mean one-step change
                           (`fit_last_value`: the naive forecast of a table split in time)
     least_squares         ŷ = xᵀβ, β = argmin ‖Xβ − y‖²; Gaussian(ŷ, σ), σ² = mean residual² (max likelihood)
-    cauchy_homoscedastic  the least-squares ŷ with Cauchy(ŷ, γ), γ the maximum-likelihood scale of the training
-                          residuals (one γ for every row)
+    cauchy_homoscedastic  the least-squares ŷ with Cauchy(ŷ, γ), γ the maximum-likelihood scale of the residuals
+                          (one γ for every row)
+
+The least-squares residuals are out of fold (`out_of_fold_residuals`): each training row's from the fit to the
+other rows, over `FOLDS` seeded random folds (in-sample below ``2·FOLDS`` rows). In-sample residuals would let a
+fit that interpolates its rows (a one-hot level per row or two) claim a scale of nearly zero, and its log score
+then swing with how the solver treats the rank.
     gradient_boosting     scikit-learn ``HistGradientBoostingRegressor`` with the quantile loss at
                           q = 0.05, 0.25, 0.5, 0.75, 0.95 (five models; each row's five predictions sorted, so
                           the intervals never cross); point = q50; 50% interval [q25, q75], 90% interval
@@ -63,6 +68,8 @@ from .metrics import (
 from .tables import column_values
 
 FAMILIES = ("cauchy", "gaussian", "laplace")
+FOLDS = 5  # folds of the least-squares residuals the one-scale baselines take their scale from
+FOLD_SEED = 0
 BOOSTING_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -222,7 +229,7 @@ def _day_of_year(text: str) -> int | None:
 @dataclass
 class LinearBaseline:
     """Least squares ``ŷ = Xβ`` on the named fields (the design matrix (R, F) by `design_matrix`), with the Cauchy
-    maximum-likelihood scale and the root mean square of its training residuals."""
+    maximum-likelihood scale and the root mean square of its out-of-fold training residuals."""
 
     fields: list[str]
     columns: list[str]
@@ -271,13 +278,36 @@ def _as_float(value: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def least_squares(matrix: Tensor, y: Tensor) -> Tensor:
+    """``β = argmin ‖Xβ − y‖²`` (F,) for X (T,F), y (T,), float64; the minimum-norm one when X is rank-deficient
+    (a level no row of the fit has: its coefficient 0), by the SVD driver ``gelsd``: the default ``gelsy`` leaves
+    such coefficients to chance, so a fit and its scale changed from run to run."""
+    return torch.linalg.lstsq(matrix, y.unsqueeze(1), driver="gelsd").solution.squeeze(1)
+
+
+def out_of_fold_residuals(matrix: Tensor, y: Tensor, folds: int = FOLDS, seed: int = FOLD_SEED) -> Tensor:
+    """``y_t − x_tᵀβ₋ₖ`` (T,): each row's residual from the least-squares fit to the other folds (rows dealt into
+    ``folds`` folds in a seeded random order); the in-sample residuals below ``2·folds`` rows."""
+    count = len(y)
+    if count < 2 * folds:
+        return y - matrix @ least_squares(matrix, y)
+    fold = torch.empty(count, dtype=torch.long)
+    fold[torch.randperm(count, generator=torch.Generator().manual_seed(seed))] = torch.arange(count) % folds
+    residuals = torch.empty_like(y)  # (T,)
+    for k in range(folds):
+        held = fold == k
+        beta = least_squares(matrix[~held], y[~held])  # (F,)
+        residuals[held] = y[held] - matrix[held] @ beta
+    return residuals
+
+
 def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], target: str) -> LinearBaseline:
-    """Least squares on ``fields`` of the training rows (``torch.linalg.lstsq``, float64)."""
+    """Least squares on ``fields`` of the training rows, its scales from the out-of-fold residuals."""
     categories: dict[str, list[str]] = {}
     matrix, names = design_matrix(train, fields, categories)  # (R,F)
     y = column_values(train, target)  # (R,)
-    beta = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)  # (F,)
-    residuals = y - matrix @ beta
+    beta = least_squares(matrix, y)  # (F,)
+    residuals = out_of_fold_residuals(matrix, y)  # (R,)
     return LinearBaseline(list(fields), names, beta.tolist(), categories, cauchy.scale_mle(residuals),
                           float(residuals.pow(2).mean().sqrt()))
 
@@ -285,7 +315,7 @@ def fit_linear_baseline(train: list[dict[str, str]], fields: Sequence[str], targ
 def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: Sequence[str], target: str,
                       family: str = "gaussian") -> Forecast:
     """Least squares on the design matrix of ``fields``; ``family`` ``"gaussian"`` (σ² = mean residual²)
-    or ``"cauchy"`` (γ by maximum likelihood on the training residuals: `cauchy.scale_mle`)."""
+    or ``"cauchy"`` (γ by maximum likelihood on the residuals: `cauchy.scale_mle`), out-of-fold residuals."""
     if family not in ("gaussian", "cauchy"):
         raise ValueError(f"least squares family must be 'gaussian' or 'cauchy', got {family!r}")
     start = time.perf_counter()
@@ -296,13 +326,13 @@ def fit_least_squares(train: Sequence[dict], held_out: Sequence[dict], fields: S
 def least_squares_forecast(linear: LinearBaseline, held_out: Sequence[dict], family: str,
                            train_seconds: float = 0.0) -> Forecast:
     """The forecast of a fitted ``linear`` baseline for the ``held_out`` rows: ``ŷ = Xβ`` with one scale for every
-    row, the rms training residual (``"gaussian"``) or the Cauchy maximum-likelihood scale (``"cauchy"``)."""
+    row, the rms out-of-fold residual (``"gaussian"``) or the Cauchy maximum-likelihood scale (``"cauchy"``)."""
     if family == "gaussian":
         scale = linear.rms_residual
-        description = f"Gaussian(least squares, sigma = rms training residual = {scale:.4g})"
+        description = f"Gaussian(least squares, sigma = rms out-of-fold residual = {scale:.4g})"
     else:
         scale = linear.cauchy_scale
-        description = f"Cauchy(least squares, gamma = ML scale of the training residuals = {scale:.4g})"
+        description = f"Cauchy(least squares, gamma = ML scale of the out-of-fold residuals = {scale:.4g})"
     point = linear.predict(list(held_out))  # (R,)
     return Forecast(family, point, torch.full_like(point, max(scale, 1e-12)), {}, train_seconds, description)
 
