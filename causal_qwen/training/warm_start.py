@@ -75,7 +75,7 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 
 @dataclass
 class WarmStartReport:
-    """numbers: number targets read; scored: those the ridge choice and the residuals below read (the documents'
+    """numbers: the numbers read (every ``<NUM>`` the training text predicts); scored: those the ridge choice and the residuals below read (the documents'
     named targets when there are at least ``2·FOLDS`` of them, else every number); ridge: ``λ``; train_mdae:
     median |in-sample residual| on the scored numbers; out_of_fold_mdae: median |out-of-fold residual| there
     (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
@@ -256,7 +256,7 @@ def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RID
     per_block = {}
     for ridge in grid:
         residuals = out_of_fold_residuals(features, values, ridge).abs()  # (M,)
-        per_block[ridge] = torch.stack([residuals[a:b][scored[a:b]].median() for a, b in blocks])  # (FOLDS,)
+        per_block[ridge] = torch.stack([residuals[a:b][scored[a:b]].median() for a, b in blocks])  # (blocks,)
     table = {f"{ridge:g}": float(errors.mean()) for ridge, errors in per_block.items()}
     best = min(grid, key=lambda ridge: table[f"{ridge:g}"])
     limit = table[f"{best:g}"] + float(per_block[best].std()) / math.sqrt(len(blocks))
