@@ -28,16 +28,16 @@ The baselines, fitted on the training rows only:
     least_squares         ŷ = xᵀβ, β = argmin ‖Xβ − y‖²; Gaussian(ŷ, σ), σ² = mean residual² (max likelihood)
     cauchy_homoscedastic  the least-squares ŷ with Cauchy(ŷ, γ), γ the maximum-likelihood scale of the residuals
                           (one γ for every row)
-
-The least-squares residuals are out of fold (`out_of_fold_residuals`): each training row's from the fit to the
-other rows, over `FOLDS` seeded random folds (in-sample below ``2·FOLDS`` rows). In-sample residuals would let a
-fit that interpolates its rows (a one-hot level per row or two) claim a scale of nearly zero, and its log score
-then swing with how the solver treats the rank.
     gradient_boosting     scikit-learn ``HistGradientBoostingRegressor`` with the quantile loss at
                           q = 0.05, 0.25, 0.5, 0.75, 0.95 (five models; each row's five predictions sorted, so
                           the intervals never cross); point = q50; 50% interval [q25, q75], 90% interval
                           [q05, q95]; its density (for the log score and the calibration table) is the Cauchy
                           whose quartiles are q25 and q75: Cauchy(q50, (q75 − q25)/2)
+
+The least-squares residuals are out of fold (`out_of_fold_residuals`): each training row's from the fit to the
+other rows, over `FOLDS` seeded random folds (in-sample below ``2·FOLDS`` rows). In-sample residuals would let a
+fit that interpolates its rows (a one-hot level per row or two) claim a scale of nearly zero, and its log score
+then swing with how the solver treats the rank.
 
 The design matrix X is `design_matrix` (an intercept, numeric fields as values, a date as
 day-of-year sin/cos, other fields one-hot over their training levels).

@@ -75,8 +75,9 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 
 @dataclass
 class WarmStartReport:
-    """numbers: the numbers read (every ``<NUM>`` the training text predicts); scored: those the ridge choice and the residuals below read (the documents'
-    named targets when there are at least ``2·FOLDS`` of them, else every number); ridge: ``λ``; train_mdae:
+    """numbers: the numbers read (every ``<NUM>`` the training text predicts); scored: those the ridge choice and
+    the residuals below read (the documents' named targets when there are at least ``2·FOLDS`` of them, else every
+    number); ridge: ``λ``; train_mdae:
     median |in-sample residual| on the scored numbers; out_of_fold_mdae: median |out-of-fold residual| there
     (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
     ``λ`` tried (`choose_ridge`; None otherwise)."""
@@ -243,13 +244,14 @@ def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RID
                  scored: Tensor | None = None) -> tuple[float, dict[str, float]]:
     """``(λ, {λ: e(λ)})`` with ``e(λ)`` the mean over the `FOLDS` blocks of each block's median absolute
     out-of-fold residual (`out_of_fold_residuals`) on the ``scored`` numbers (M,) bool (all when None; the fits
-    read every number): the largest ``λ`` of ``grid`` whose ``e`` lies within one standard error (the blocks'
-    spread of ``e`` at the best ``λ``, over ``√FOLDS``) of the smallest ``e`` — the one-standard-error rule: the
+    read every number; blocks without a scored number left out): the largest ``λ`` of ``grid`` whose ``e`` lies
+    within one standard error (the blocks' spread of ``e`` at the best ``λ``, over the square root of their count)
+    of the smallest ``e`` — the one-standard-error rule: the
     strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and an empty table) when fewer
     than ``2·FOLDS`` numbers are scored."""
     count = len(values)
     scored = torch.ones(count, dtype=torch.bool, device=values.device) if scored is None else scored
-    if count < 2 * FOLDS or int(scored.sum()) < 2 * FOLDS:
+    if int(scored.sum()) < 2 * FOLDS:  # also fewer than 2·FOLDS numbers
         return AUTO_FALLBACK_RIDGE, {}
     cuts = [round(count * k / FOLDS) for k in range(FOLDS + 1)]
     blocks = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if bool(scored[a:b].any())]  # those with a scored number
