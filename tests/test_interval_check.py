@@ -112,3 +112,48 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
     assert result.global_step == 3
+
+
+def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path):
+    """``refit_after_check: true``: after the interval check the saved regression head is the ridge fit, at the
+    warm start's ridge, of the trained model's features on all 84 training rows (the 9 of the slice included),
+    while the interval factor the check set on the slice stays; off (the random recipe's default), no refit."""
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+    from causal_qwen.training.warm_start import read_positions, ridge_fit
+
+    days = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d}" for i in range(120)]
+    readings = [f"{20 + 5 * math.sin(i / 9) + 0.1 * i:.1f}" for i in range(120)]
+    (tmp_path / "readings.csv").write_text(
+        "day,reading\n" + "".join(f"{d},{r}\n" for d, r in zip(days, readings)), encoding="utf-8")
+    config_file = tmp_path / "four.yaml"
+    config_file.write_text(
+        f"data: {tmp_path / 'readings.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
+        "target: reading\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
+    common = ["max_steps=3", "report_to=none", "progress_bar=false", "eval_steps=0", "save_steps=0"]
+    off = run_training(load_train_config(config_file, [f"output_dir={tmp_path / 'off'}", *common]))
+    assert off.regression_refit is None
+    lines: list[str] = []
+    config = load_train_config(config_file, [f"output_dir={tmp_path / 'on'}", "refit_after_check=true", *common])
+    result = run_training(config, report=lines.append)
+    refit = result.regression_refit
+    assert refit is not None and refit.numbers == 84 and refit.ridge == config.regression_warm_start
+    assert any(line.startswith("regression refit to every training row: 84 numbers") for line in lines), lines
+    saved = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
+    assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
+    tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
+    encoded = tokenizer([f"On {d} the reading was {r}." for d, r in zip(days[:84], readings[:84])])
+    dataset = TokenizedDataset([{"input_ids": ids, "numeric_values": values}
+                                for ids, values in zip(encoded["input_ids"], encoded["numeric_values"])])
+    batches = torch.utils.data.DataLoader(dataset, batch_size=32, collate_fn=NumericCollator(tokenizer.pad_token_id))
+    with torch.no_grad():
+        positions = read_positions(saved, batches)
+    assert len(positions.number_values) == 84
+    weight, bias = ridge_fit(positions.number_features, positions.number_values, config.regression_warm_start)
+    head = saved.action.regression_head
+    torch.testing.assert_close(head.weight.double().reshape(-1), weight, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(head.bias.double().reshape(()), bias, rtol=1e-5, atol=1e-4)
+    unrefitted = CausalQwenForCausalLM.from_pretrained(off.final_dir).action.regression_head
+    assert not torch.allclose(unrefitted.bias, head.bias)

@@ -171,6 +171,13 @@ MORE_CASES = [
     ("(555) 123-4567", [(555.0, "555"), (123.0, "123"), (4567.0, "4567")]),
     ("in 2024 we", [(2024.0, "2024")]),
     ("1990-2000", [(1990.0, "1990"), (2000.0, "2000")]),
+    ("MSFT on Jan 1 2000: 39.81", [(39.81, "39.81")]),  # a date naming its month
+    ("January 1, 2000 and 1 March 2024", []),
+    ("on 12 Dec. 2011, JAN 15TH and March 15", []),
+    ("May 2020 sales: 12", [(12.0, "12")]),
+    ("Jan 1,234 units", [(1234.0, "1,234")]),  # reaches past the date: a quantity
+    ("Jan 32 2000", [(32.0, "32"), (2000.0, "2000")]),  # no day of a month
+    ("Octopus 5, Summary 3", [(5.0, "5"), (3.0, "3")]),
     # identifiers and glued forms
     ("COVID-19 and B-52", []),
     ("H2O, CO2, mp3", []),

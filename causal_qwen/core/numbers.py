@@ -49,6 +49,10 @@ are tokenized as they are written):
 * date and phone forms: three or more integers joined by the same ``-`` or ``/`` (``2024-03-15``,
   ``03/15/2024``, ``555-123-4567``), or two where one has a leading zero (``555-0100``, ``2024-03``);
   dotted dates are dotted chains (``15.03.2024``);
+* dates with an English month name (``Jan`` ... ``December``, capitalised or in capitals, optionally with a
+  ``.``): a day (1 to 31, optionally ``st``/``nd``/``rd``/``th``) and an optional four-digit year around it
+  (``Jan 1 2000``, ``January 1, 2000``, ``1 March 2024``, ``March 15``), or a month and a year (``May 2020``);
+  a number that reaches past the date (``Jan 1,234``) is still read;
 * leading zeros: an integer part of two or more digits starting with 0 (``007``, ``0100``, ``00.5``);
 * long digit runs: more than 15 integer digits (beyond float64's exact integers);
 * glued forms: a chunk right after a letter or digit of a script written with spaces between words
@@ -110,6 +114,27 @@ _ASCII_PLAIN_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 # no pair that could be a thousands grouping ("1,234").
 _SIMPLE_LIST_RE = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?(?:,(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?)+")
 _GROUPING_HINT_RE = re.compile(r"(?:^|,)[1-9][0-9]{0,2},[0-9]{3}(?![0-9])")
+
+
+def _written_date_regex() -> re.Pattern[str]:
+    """Dates that name their month in English words: ``Jan 1 2000``, ``1 March 2024``, ``May 2020`` (module
+    docstring, "What stays text")."""
+    names = ("Jan(?:uary)?", "Feb(?:ruary)?", "Mar(?:ch)?", "Apr(?:il)?", "May", "June?", "July?", "Aug(?:ust)?",
+             "Sep(?:t(?:ember)?)?", "Oct(?:ober)?", "Nov(?:ember)?", "Dec(?:ember)?")
+    title = "|".join(names)
+    capitals = "|".join(name.upper() for name in names)  # JAN(?:UARY)?: the group syntax has no letters
+    month = rf"(?<![A-Za-z])(?:{title}|{capitals})\.?"
+    day = r"(?:0?[1-9]|[12][0-9]|3[01])(?:st|nd|rd|th|ST|ND|RD|TH)?"
+    year = r"[0-9]{4}"
+    end = r"(?![0-9A-Za-z_])"
+    return re.compile(
+        rf"{month} {day}(?:,? {year})?{end}"  # Jan 1 2000, January 1, 2000, March 15
+        rf"|(?<![0-9.,]){day} {month}(?:,? {year})?{end}"  # 1 March 2024, 15 Mar
+        rf"|{month},? {year}{end}"  # May 2020
+    )
+
+
+_WRITTEN_DATE_RE = _written_date_regex()
 
 
 def _chunk_regex(lead_points: str) -> re.Pattern[str]:
@@ -200,7 +225,17 @@ def find_numbers(text: str, decimal_comma: bool = False) -> list[NumberSpan]:
             spans.extend(_read_simple_list(text, start, end, group))  # fast path: "12.8,5.0,4.7"
             continue
         spans.extend(_read_chunk(text, start, end, mode))
+    if spans:
+        spans = _outside_written_dates(text, spans)
     return spans
+
+
+def _outside_written_dates(text: str, spans: list[NumberSpan]) -> list[NumberSpan]:
+    """``spans`` without the numbers that lie inside a date naming its month (``Jan 1 2000``)."""
+    dates = [match.span() for match in _WRITTEN_DATE_RE.finditer(text)]
+    if not dates:
+        return spans
+    return [span for span in spans if not any(start <= span.start and span.end <= end for start, end in dates)]
 
 
 def _read_plain(text: str, start: int, end: int, group: str) -> NumberSpan | None:

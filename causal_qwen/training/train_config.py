@@ -132,10 +132,16 @@ class TrainConfig:
     recipe's (pretrained 1e-3)."""
     interval_check: float | bool | None = None
     """Keep this fraction of the training rows (the latest ones when ``split_by`` is set, else a seeded pick) out
-    of training, and after training measure the number intervals on them: when their 50% coverage lies outside
-    the binomial band around 0.5, every ``scale_Y`` is multiplied by ``median |y − loc_Y| / scale_Y`` there
-    (``config.number_scale_factor`` of the saved model; ``train`` reports it). false: off; null: the recipe's
+    of training, and after training measure the number intervals on them: when a likelihood-ratio test rejects
+    their width at 5%, every ``scale_Y`` is multiplied by the slice's Cauchy maximum-likelihood factor
+    (`causal_qwen.training.interval_check`; ``config.number_scale_factor`` of the saved model; ``train`` reports it). false: off; null: the recipe's
     (0.1). A slice under 8 numbers is widened to 8 when that takes at most a quarter of the training rows."""
+    refit_after_check: bool | None = None
+    """After the checks, refit the regression read-out (``W_reg``, ``b_reg``) by the warm start's ridge to every
+    training row, the check slice included: the slice measured the intervals, and the latest rows are what a
+    forecast after a time split most needs (`warm_start.refit_regression`). The numbers' noise and the interval
+    factor stay as trained and checked. Needs ``regression_warm_start`` and a check slice. null: the recipe's
+    (pretrained: true; random: false)."""
     location_check: bool = False
     """Opt-in (measured to hurt on the unseen tables: docs/benchmarks.md). On the interval check's slice, before it:
     when a blend ``α·loc_Y + (1 − α)·m0`` with the training median
@@ -220,6 +226,7 @@ class TrainConfig:
         need(self.interval_check is False or (not isinstance(self.interval_check, bool)
                                                and 0 < self.interval_check < 0.5),
              "interval_check", "must be a fraction in (0, 0.5), false or null")
+        need(isinstance(self.refit_after_check, bool), "refit_after_check", "must be true, false or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")

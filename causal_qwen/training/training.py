@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 from torch import Tensor, nn
-from torch.utils.data import Dataset
+from torch.utils.data import ConcatDataset, Dataset
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
@@ -62,11 +62,11 @@ from .run_folder import (
     rotate_checkpoints,
     staging_path,
 )
-from .feature_cache import MAX_CACHE_BYTES, cache_features, cache_size_bytes
+from .feature_cache import MAX_CACHE_BYTES, CachedFeatureDataset, cache_features, cache_size_bytes
 from .interval_check import MIN_NUMBERS, IntervalCheckReport, check_intervals
-from .location_check import LocationCheckReport, check_location, training_median
+from .location_check import LocationCheckReport, check_location, shrink_regression_head, training_median
 from .train_config import TrainConfig
-from .warm_start import warm_start
+from .warm_start import WarmStartReport, refit_regression, warm_start
 from ..conversion.conversion import from_qwen
 
 logger = logging.getLogger(__name__)
@@ -437,6 +437,32 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: l
     return checked
 
 
+def run_regression_refit(model, config: TrainConfig, tokenizer: Any, train_dataset: Dataset, train_docs: list,
+                         check_docs: list, pad_id: int, located: LocationCheckReport | None,
+                         report: Report | None = None) -> WarmStartReport | None:
+    """After the checks, refit the regression read-out to every training row, the check slice appended after
+    ``train_dataset`` (`warm_start.refit_regression`; a location check's shrink is applied again to the refit).
+    None when ``refit_after_check`` is off, there is no slice or no regression warm start."""
+    if not (config.refit_after_check and check_docs and config.regression_warm_start):
+        return None
+    slice_dataset, _ = check_slice_dataset(config, tokenizer, check_docs)
+    collator = NumericCollator(pad_token_id=pad_id)
+    batch_size = config.eval_batch_size or config.batch_size
+    if isinstance(train_dataset, CachedFeatureDataset):  # the frozen backbone reads only the slice
+        slice_cached = cache_features(model, slice_dataset, collator, batch_size)
+        rows = CachedFeatureDataset(ConcatDataset([train_dataset.examples, slice_dataset]),
+                                    train_dataset.features + slice_cached.features)
+    else:
+        rows = ConcatDataset([train_dataset, slice_dataset])
+    docs = train_docs + check_docs
+    ordinals = [doc.target_ordinal for doc in docs]
+    refit = refit_regression(model, rows, collator, batch_size, config.regression_warm_start, report,
+                             None if any(ordinal is None for ordinal in ordinals) else ordinals)
+    if refit is not None and located is not None and located.shrunk:
+        shrink_regression_head(model, located.alpha, located.median)
+    return refit
+
+
 def cached_datasets(model, config: TrainConfig, train: TokenizedDataset, valid: TokenizedDataset | None, pad_id: int,
                     report: Report | None = None) -> tuple[Dataset, Dataset | None]:
     """The datasets with their backbone features cached (`feature_cache`); as they were when the cache would pass
@@ -572,6 +598,7 @@ class TrainingResult:
     message: str | None = None
     interval_check: IntervalCheckReport | None = None
     location_check: LocationCheckReport | None = None
+    regression_refit: WarmStartReport | None = None
 
 
 def _is_main_process() -> bool:
@@ -678,6 +705,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     tells = report if _is_main_process() else None
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
     checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, tells)
+    refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located, tells)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,
@@ -691,6 +719,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         message=plan.message,
         interval_check=checked,
         location_check=located,
+        regression_refit=refit,
     )
 
 

@@ -382,6 +382,21 @@ def warm_start(
 
 
 def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float) -> WarmStartReport:
+    weight, bias, report = _fit_regression(positions, ridge, read_seconds)
+    spread = report.out_of_fold_mdae
+    _set_regression_head(model, weight, bias)
+    noise = model.action.number_noise
+    if noise is not None and spread > 0:
+        with torch.no_grad():
+            noise.weight.zero_()
+            noise.bias.fill_(inverse_softplus(spread))
+    logger.info("regression warm start: %s", report.to_dict())
+    return report
+
+
+def _fit_regression(positions: TrainingPositions, ridge: float | str,
+                    read_seconds: float) -> tuple[Tensor, Tensor, WarmStartReport]:
+    """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``)."""
     started = time.perf_counter()
     features, values = positions.number_features, positions.number_values
     scored = positions.number_is_target  # (M,)
@@ -393,17 +408,50 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
     weight, bias = ridge_fit(features, values, ridge)
     in_sample = float((features @ weight + bias - values)[scored].abs().median())
     spread = float(out_of_fold_residuals(features, values, ridge)[scored].abs().median())
+    report = WarmStartReport(numbers=len(values), scored=int(scored.sum()), ridge=ridge, train_mdae=in_sample,
+                             out_of_fold_mdae=spread, seconds=read_seconds + time.perf_counter() - started,
+                             out_of_fold_by_ridge=by_ridge)
+    return weight, bias, report
+
+
+@torch.no_grad()
+def _set_regression_head(model, weight: Tensor, bias: Tensor) -> None:
+    """``W_reg ← weight``, ``b_reg ← bias`` in the head's dtype (through LoRA's wrapper, the trained copy)."""
     head = model.action.regression_head
-    with torch.no_grad():
-        head.weight.copy_(weight.reshape(head.weight.shape).to(head.weight.dtype))
-        head.bias.copy_(bias.reshape(head.bias.shape).to(head.bias.dtype))
-        noise = model.action.number_noise
-        if noise is not None and spread > 0:
-            noise.weight.zero_()
-            noise.bias.fill_(inverse_softplus(spread))
-    report = WarmStartReport(numbers=len(values), scored=int(scored.sum()), ridge=ridge, train_mdae=in_sample, out_of_fold_mdae=spread,
-                             seconds=read_seconds + time.perf_counter() - started, out_of_fold_by_ridge=by_ridge)
-    logger.info("regression warm start: %s", report.to_dict())
+    head.weight.copy_(weight.reshape(head.weight.shape).to(head.weight.dtype))
+    head.bias.copy_(bias.reshape(head.bias.shape).to(head.bias.dtype))
+
+
+def refit_regression(
+    model,
+    dataset: Dataset,
+    collator,
+    batch_size: int,
+    ridge: float | str,
+    progress: Callable[[str], None] | None = None,
+    target_ordinals: list[int] | None = None,
+) -> WarmStartReport | None:
+    """Refit the regression read-out ``[W_reg, b_reg]`` to ``dataset`` (after training: every training row, the
+    check slice included) on the trained model's ``loc_U``, by the ridge of the module docstring (``auto``: ``λ``
+    chosen again, on these rows). The numbers' noise and the interval factor stay as trained and checked. None
+    (the head unchanged) when ``dataset`` holds no number."""
+    started = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
+    try:
+        positions = read_positions(model, loader, token_positions=0, target_ordinals=target_ordinals)
+    finally:
+        model.train(was_training)
+    if len(positions.number_values) == 0:
+        return None
+    weight, bias, report = _fit_regression(positions, ridge, time.perf_counter() - started)
+    _set_regression_head(model, weight, bias)
+    logger.info("regression refit: %s", report.to_dict())
+    if progress is not None:
+        progress(f"regression refit to every training row: {report.numbers} numbers, ridge {report.ridge:g}, median "
+                 f"absolute residual {report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold "
+                 f"({report.seconds:.0f} s)")
     return report
 
 
