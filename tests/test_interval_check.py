@@ -114,10 +114,12 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     assert result.global_step == 3
 
 
-def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path):
+@pytest.mark.parametrize("frozen", [False, True], ids=["backbone-trains", "features-cached"])
+def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path, frozen):
     """``refit_after_check: true``: after the interval check the saved regression head is the ridge fit, at the
-    warm start's ridge, of the trained model's features on all 84 training rows (the 9 of the slice included),
-    while the interval factor the check set on the slice stays; off (the random recipe's default), no refit."""
+    warm start's ridge, of the trained model's features on all 84 training rows (the slice included),
+    while the interval factor the check set on the slice stays; off (the random recipe's default), no refit. With
+    the backbone frozen the training rows' features come from the cache and only the slice is read anew."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.train_config import load_train_config
@@ -133,6 +135,8 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
         f"data: {tmp_path / 'readings.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
         "target: reading\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
     common = ["max_steps=3", "report_to=none", "progress_bar=false", "eval_steps=0", "save_steps=0"]
+    if frozen:
+        common += ["freeze_backbone=true", "numeric_embedding_learning_rate=0"]
     off = run_training(load_train_config(config_file, [f"output_dir={tmp_path / 'off'}", *common]))
     assert off.regression_refit is None
     lines: list[str] = []
@@ -141,6 +145,7 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     refit = result.regression_refit
     assert refit is not None and refit.numbers == 84 and refit.ridge == config.regression_warm_start
     assert any(line.startswith("regression refit to every training row: 84 numbers") for line in lines), lines
+    assert any(line.startswith("feature cache: the frozen backbone read ") for line in lines) == frozen, lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)

@@ -391,7 +391,7 @@ def out_of_fold_order(config: TrainConfig, train_docs: list) -> list:
     return shuffled
 
 
-def target_ordinals(dataset: TokenizedDataset, docs: list) -> list[int] | None:
+def target_ordinals(dataset: Dataset, docs: list) -> list[int] | None:
     """The index of each document's target among its numbers, one per row of ``dataset`` (tokenized from
     ``docs``); None (read every number) when a document has no target or the tokenizer made other rows than
     documents."""
@@ -454,10 +454,8 @@ def run_regression_refit(model, config: TrainConfig, tokenizer: Any, train_datas
                                     train_dataset.features + slice_cached.features)
     else:
         rows = ConcatDataset([train_dataset, slice_dataset])
-    docs = train_docs + check_docs
-    ordinals = [doc.target_ordinal for doc in docs]
     refit = refit_regression(model, rows, collator, batch_size, config.regression_warm_start, report,
-                             None if any(ordinal is None for ordinal in ordinals) else ordinals)
+                             target_ordinals(rows, train_docs + check_docs))
     if refit is not None and located is not None and located.shrunk:
         shrink_regression_head(model, located.alpha, located.median)
     return refit
