@@ -124,7 +124,7 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import run_training
-    from causal_qwen.training.warm_start import read_positions, ridge_fit
+    from causal_qwen.training.warm_start import choose_ridge, read_positions, ridge_fit
 
     days = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d}" for i in range(120)]
     readings = [f"{20 + 5 * math.sin(i / 9) + 0.1 * i:.1f}" for i in range(120)]
@@ -136,14 +136,15 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
         "target: reading\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
     common = ["max_steps=3", "report_to=none", "progress_bar=false", "eval_steps=0", "save_steps=0"]
     if frozen:
-        common += ["freeze_backbone=true", "numeric_embedding_learning_rate=0"]
+        common += ["freeze_backbone=true", "numeric_embedding_learning_rate=0", "regression_warm_start=auto"]
     off = run_training(load_train_config(config_file, [f"output_dir={tmp_path / 'off'}", *common]))
     assert off.regression_refit is None
     lines: list[str] = []
     config = load_train_config(config_file, [f"output_dir={tmp_path / 'on'}", "refit_after_check=true", *common])
     result = run_training(config, report=lines.append)
     refit = result.regression_refit
-    assert refit is not None and refit.numbers == 84 and refit.ridge == config.regression_warm_start
+    assert refit is not None and refit.numbers == 84
+    assert refit.ridge == config.regression_warm_start or (frozen and refit.out_of_fold_by_ridge)
     assert any(line.startswith("regression refit to every training row: 84 numbers") for line in lines), lines
     assert any(line.startswith("feature cache: the frozen backbone read ") for line in lines) == frozen, lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
@@ -156,7 +157,11 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     with torch.no_grad():
         positions = read_positions(saved, batches)
     assert len(positions.number_values) == 84
-    weight, bias = ridge_fit(positions.number_features, positions.number_values, config.regression_warm_start)
+    if frozen:  # auto: the ridge is chosen on the rows trained on (the 84 minus the latest slice), as the start's
+        trained_on = 84 - result.interval_check.numbers
+        chosen, _ = choose_ridge(positions.number_features[:trained_on], positions.number_values[:trained_on])
+        assert refit.ridge == chosen
+    weight, bias = ridge_fit(positions.number_features, positions.number_values, refit.ridge)
     head = saved.action.regression_head
     torch.testing.assert_close(head.weight.double().reshape(-1), weight, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(head.bias.double().reshape(()), bias, rtol=1e-5, atol=1e-4)

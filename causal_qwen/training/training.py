@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 from torch import Tensor, nn
-from torch.utils.data import ConcatDataset, Dataset
+from torch.utils.data import Dataset
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
@@ -440,22 +440,19 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: l
 def run_regression_refit(model, config: TrainConfig, tokenizer: Any, train_dataset: Dataset, train_docs: list,
                          check_docs: list, pad_id: int, located: LocationCheckReport | None,
                          report: Report | None = None) -> WarmStartReport | None:
-    """After the checks, refit the regression read-out to every training row, the check slice appended after
-    ``train_dataset`` (`warm_start.refit_regression`; a location check's shrink is applied again to the refit).
-    None when ``refit_after_check`` is off, there is no slice or no regression warm start."""
+    """After the checks, refit the regression read-out to every training row: the rows trained on and the check
+    slice (`warm_start.refit_regression`; ``auto`` chooses the ridge on the rows trained on, as the warm start did;
+    a location check's shrink is applied again to the refit). None when ``refit_after_check`` is off, there is no
+    slice or no regression warm start."""
     if not (config.refit_after_check and check_docs and config.regression_warm_start):
         return None
-    slice_dataset, _ = check_slice_dataset(config, tokenizer, check_docs)
+    slice_dataset, slice_ordinals = check_slice_dataset(config, tokenizer, check_docs)
     collator = NumericCollator(pad_token_id=pad_id)
     batch_size = config.eval_batch_size or config.batch_size
     if isinstance(train_dataset, CachedFeatureDataset):  # the frozen backbone reads only the slice
-        slice_cached = cache_features(model, slice_dataset, collator, batch_size)
-        rows = CachedFeatureDataset(ConcatDataset([train_dataset.examples, slice_dataset]),
-                                    train_dataset.features + slice_cached.features)
-    else:
-        rows = ConcatDataset([train_dataset, slice_dataset])
-    refit = refit_regression(model, rows, collator, batch_size, config.regression_warm_start, report,
-                             target_ordinals(rows, train_docs + check_docs))
+        slice_dataset = cache_features(model, slice_dataset, collator, batch_size)
+    refit = refit_regression(model, train_dataset, slice_dataset, collator, batch_size, config.regression_warm_start,
+                             report, target_ordinals(train_dataset, train_docs), slice_ordinals)
     if refit is not None and located is not None and located.shrunk:
         shrink_regression_head(model, located.alpha, located.median)
     return refit

@@ -399,9 +399,7 @@ def _fit_regression(positions: TrainingPositions, ridge: float | str,
     """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``)."""
     started = time.perf_counter()
     features, values = positions.number_features, positions.number_values
-    scored = positions.number_is_target  # (M,)
-    if int(scored.sum()) < 2 * FOLDS:  # too few targets to tell a ridge or a spread by: every number
-        scored = torch.ones_like(scored)
+    scored = _scored_numbers(positions.number_is_target)  # (M,)
     by_ridge = None
     if ridge == "auto":
         ridge, by_ridge = choose_ridge(features, values, scored=scored)
@@ -424,35 +422,61 @@ def _set_regression_head(model, weight: Tensor, bias: Tensor) -> None:
 
 def refit_regression(
     model,
-    dataset: Dataset,
+    trained_rows: Dataset,
+    kept_rows: Dataset,
     collator,
     batch_size: int,
     ridge: float | str,
     progress: Callable[[str], None] | None = None,
-    target_ordinals: list[int] | None = None,
+    trained_ordinals: list[int] | None = None,
+    kept_ordinals: list[int] | None = None,
 ) -> WarmStartReport | None:
-    """Refit the regression read-out ``[W_reg, b_reg]`` to ``dataset`` (after training: every training row, the
-    check slice included) on the trained model's ``loc_U``, by the ridge of the module docstring (``auto``: ``λ``
-    chosen again, on these rows). The numbers' noise and the interval factor stay as trained and checked. None
-    (the head unchanged) when ``dataset`` holds no number."""
+    """Refit the regression read-out ``[W_reg, b_reg]`` after training to ``trained_rows`` and ``kept_rows`` (the
+    check slice) together, on the trained model's ``loc_U``, by the ridge of the module docstring. ``auto``
+    chooses ``λ`` on ``trained_rows`` alone, as the warm start did (`choose_ridge`): the checks measured the model
+    that ``λ`` gave, and a resumed run chooses as an uninterrupted one. The numbers' noise and the interval factor
+    stay as trained and checked. None (the head unchanged) when the rows hold no number."""
     started = time.perf_counter()
+
+    def read(rows: Dataset, ordinals: list[int] | None) -> TrainingPositions:
+        loader = DataLoader(rows, batch_size=batch_size, shuffle=False, collate_fn=collator)
+        return read_positions(model, loader, target_ordinals=ordinals)
+
     was_training = model.training
     model.eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
     try:
-        positions = read_positions(model, loader, token_positions=0, target_ordinals=target_ordinals)
+        trained, kept = read(trained_rows, trained_ordinals), read(kept_rows, kept_ordinals)
     finally:
         model.train(was_training)
-    if len(positions.number_values) == 0:
+    by_ridge = None
+    if ridge == "auto":
+        if len(trained.number_values) == 0:
+            return None
+        ridge, by_ridge = choose_ridge(trained.number_features, trained.number_values,
+                                       scored=_scored_numbers(trained.number_is_target))
+    every = TrainingPositions(  # the numbers of both; no token positions (read 0 of them)
+        number_features=torch.cat([trained.number_features, kept.number_features]),  # (M,C)
+        number_values=torch.cat([trained.number_values, kept.number_values]),  # (M,)
+        number_is_target=torch.cat([trained.number_is_target, kept.number_is_target]),  # (M,)
+        token_features=trained.token_features, rest_log_partition=trained.rest_log_partition,
+        next_is_number=trained.next_is_number)
+    if len(every.number_values) == 0:
         return None
-    weight, bias, report = _fit_regression(positions, ridge, time.perf_counter() - started)
+    weight, bias, report = _fit_regression(every, ridge, time.perf_counter() - started)
+    report.out_of_fold_by_ridge = by_ridge
     _set_regression_head(model, weight, bias)
     logger.info("regression refit: %s", report.to_dict())
     if progress is not None:
-        progress(f"regression refit to every training row: {report.numbers} numbers, ridge {report.ridge:g}, median "
-                 f"absolute residual {report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold "
-                 f"({report.seconds:.0f} s)")
+        progress(f"regression refit to every training row: {report.numbers} numbers, ridge {report.ridge:g}"
+                 f"{' (chosen on the rows trained on)' if by_ridge else ''}, median absolute residual "
+                 f"{report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold ({report.seconds:.0f} s)")
     return report
+
+
+def _scored_numbers(is_target: Tensor) -> Tensor:
+    """The numbers the ridge choice and the spread read (M,) bool: the targets, or every number below ``2·FOLDS``
+    targets."""
+    return is_target if int(is_target.sum()) >= 2 * FOLDS else torch.ones_like(is_target)
 
 
 def _start_num_token(model, positions: TrainingPositions, ridge: float) -> NumTokenStartReport:
