@@ -116,13 +116,15 @@ _SIMPLE_LIST_RE = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?(?:,(?:0|[1-9]
 _GROUPING_HINT_RE = re.compile(r"(?:^|,)[1-9][0-9]{0,2},[0-9]{3}(?![0-9])")
 
 
+_MONTH_NAMES = ("Jan(?:uary)?", "Feb(?:ruary)?", "Mar(?:ch)?", "Apr(?:il)?", "May", "June?", "July?", "Aug(?:ust)?",
+                "Sep(?:t(?:ember)?)?", "Oct(?:ober)?", "Nov(?:ember)?", "Dec(?:ember)?")  # patterns, stem first
+
+
 def _written_date_regex() -> re.Pattern[str]:
     """Dates that name their month in English words: ``Jan 1 2000``, ``1 March 2024``, ``May 2020`` (module
     docstring, "What stays text")."""
-    names = ("Jan(?:uary)?", "Feb(?:ruary)?", "Mar(?:ch)?", "Apr(?:il)?", "May", "June?", "July?", "Aug(?:ust)?",
-             "Sep(?:t(?:ember)?)?", "Oct(?:ober)?", "Nov(?:ember)?", "Dec(?:ember)?")
-    title = "|".join(names)
-    capitals = "|".join(name.upper() for name in names)  # JAN(?:UARY)?: the group syntax has no letters
+    title = "|".join(_MONTH_NAMES)
+    capitals = "|".join(name.upper() for name in _MONTH_NAMES)  # JAN(?:UARY)?: the group syntax has no letters
     month = rf"(?<![A-Za-z])(?:{title}|{capitals})\.?"
     day = r"(?:0?[1-9]|[12][0-9]|3[01])(?:st|nd|rd|th|ST|ND|RD|TH)?"
     year = r"[0-9]{4}"
@@ -135,8 +137,7 @@ def _written_date_regex() -> re.Pattern[str]:
 
 
 _WRITTEN_DATE_RE = _written_date_regex()
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_MONTH_STEM_RE = re.compile("|".join(_MONTHS + tuple(month.upper() for month in _MONTHS)))  # a cheap precondition
+_MONTH_STEM_RE = re.compile("|".join(stem for name in _MONTH_NAMES for stem in (name[:3], name[:3].upper())))
 
 
 def _chunk_regex(lead_points: str) -> re.Pattern[str]:

@@ -134,8 +134,9 @@ class TrainConfig:
     """Keep this fraction of the training rows (the latest ones when ``split_by`` is set, else a seeded pick) out
     of training, and after training measure the number intervals on them: when a likelihood-ratio test rejects
     their width at 5%, every ``scale_Y`` is multiplied by the slice's Cauchy maximum-likelihood factor
-    (`causal_qwen.training.interval_check`; ``config.number_scale_factor`` of the saved model; ``train`` reports it). false: off; null: the recipe's
-    (0.1). A slice under 8 numbers is widened to 8 when that takes at most a quarter of the training rows."""
+    (`causal_qwen.training.interval_check`; ``config.number_scale_factor`` of the saved model; ``train`` reports
+    it). false: off; null: the recipe's (0.1). A slice under 8 numbers is widened to 8 when that takes at most a
+    quarter of the training rows."""
     refit_after_check: bool | None = None
     """After the checks, refit the regression read-out (``W_reg``, ``b_reg``) by the warm start's ridge to every
     training row, the check slice included: the slice measured the intervals, and the latest rows are what a

@@ -700,7 +700,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     tells = report if _is_main_process() else None
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
     checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, tells)
-    refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located, tells)
+    refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
+                                 tells)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,

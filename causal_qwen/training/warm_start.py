@@ -382,7 +382,8 @@ def warm_start(
 
 
 def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float) -> WarmStartReport:
-    weight, bias, report = _fit_regression(positions, ridge, read_seconds)
+    weight, bias, report = _fit_regression(positions.number_features, positions.number_values,
+                                           positions.number_is_target, ridge, read_seconds)
     spread = report.out_of_fold_mdae
     _set_regression_head(model, weight, bias)
     noise = model.action.number_noise
@@ -394,12 +395,12 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
     return report
 
 
-def _fit_regression(positions: TrainingPositions, ridge: float | str,
+def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: float | str,
                     read_seconds: float) -> tuple[Tensor, Tensor, WarmStartReport]:
-    """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``)."""
+    """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``) to features
+    (M,C) and values (M,); ``is_target`` (M,) marks the numbers the choice and the residuals read."""
     started = time.perf_counter()
-    features, values = positions.number_features, positions.number_values
-    scored = _scored_numbers(positions.number_is_target)  # (M,)
+    scored = _scored_numbers(is_target)  # (M,)
     by_ridge = None
     if ridge == "auto":
         ridge, by_ridge = choose_ridge(features, values, scored=scored)
@@ -454,22 +455,20 @@ def refit_regression(
             return None
         ridge, by_ridge = choose_ridge(trained.number_features, trained.number_values,
                                        scored=_scored_numbers(trained.number_is_target))
-    every = TrainingPositions(  # the numbers of both; no token positions (read 0 of them)
-        number_features=torch.cat([trained.number_features, kept.number_features]),  # (M,C)
-        number_values=torch.cat([trained.number_values, kept.number_values]),  # (M,)
-        number_is_target=torch.cat([trained.number_is_target, kept.number_is_target]),  # (M,)
-        token_features=trained.token_features, rest_log_partition=trained.rest_log_partition,
-        next_is_number=trained.next_is_number)
-    if len(every.number_values) == 0:
+    values = torch.cat([trained.number_values, kept.number_values])  # (M,) the numbers of both
+    if len(values) == 0:
         return None
-    weight, bias, report = _fit_regression(every, ridge, time.perf_counter() - started)
+    weight, bias, report = _fit_regression(torch.cat([trained.number_features, kept.number_features]), values,
+                                           torch.cat([trained.number_is_target, kept.number_is_target]), ridge,
+                                           time.perf_counter() - started)
     report.out_of_fold_by_ridge = by_ridge
     _set_regression_head(model, weight, bias)
     logger.info("regression refit: %s", report.to_dict())
     if progress is not None:
         progress(f"regression refit to every training row: {report.numbers} numbers, ridge {report.ridge:g}"
                  f"{' (chosen on the rows trained on)' if by_ridge else ''}, median absolute residual "
-                 f"{report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold ({report.seconds:.0f} s)")
+                 f"{report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold "
+                 f"({report.seconds:.0f} s)")
     return report
 
 
