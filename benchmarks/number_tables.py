@@ -45,7 +45,9 @@ slice, or no refit).
 
 ``--quick``: a smoke run (a few training steps on the first rows; figures meaningless). ``--real-set KEY=VALUE``
 changes a setting of CausalQwen's real-weight fine-tuning over the example YAML's (``causal-qwen train --set``
-keys, e.g. ``learning_rate=1e-4``); ``--tables ''`` runs the real-weight part alone.
+keys, e.g. ``learning_rate=1e-4``); with ``--unseen`` it changes the pretrained recipe of every unseen table's
+real-weight run instead (``lora=true freeze_backbone=false``: the backbone trains through LoRA adapters, with no
+feature cache; the JSON's ``real_settings`` records them); ``--tables ''`` runs the real-weight part alone.
 """
 
 from __future__ import annotations
@@ -246,13 +248,15 @@ TABLES: dict[str, Callable[[], Table]] = {"seattle-weather": seattle_weather, "c
 # ---------------------------------------------------------------------------------------------------------
 # CausalQwen on one table
 # ---------------------------------------------------------------------------------------------------------
-def training_settings(table: str, overrides: dict[str, dict[str, Any]] | None = None, quick: bool = False) -> dict:
-    """`TRAINING` with the table's `TABLE_TRAINING`, then ``overrides[""]`` and ``overrides[table]``."""
-    settings = {**TRAINING, **TABLE_TRAINING.get(table, {})}
+def training_settings(table: str, overrides: dict[str, dict[str, Any]] | None = None, quick: bool = False,
+                      base: dict | None = None) -> dict:
+    """``base`` (default: `TRAINING` with the table's `TABLE_TRAINING`), then ``overrides[""]`` and
+    ``overrides[table]`` (a ``model_config.KEY`` merges into ``model_config``)."""
+    settings = {**TRAINING, **TABLE_TRAINING.get(table, {})} if base is None else dict(base)
     for scope in ("", table):
         for key, value in (overrides or {}).get(scope, {}).items():
             if key.startswith("model_config."):
-                settings["model_config"] = {**settings["model_config"], key.split(".", 1)[1]: value}
+                settings["model_config"] = {**settings.get("model_config", {}), key.split(".", 1)[1]: value}
             else:
                 settings[key] = value
     if quick:
@@ -334,9 +338,9 @@ def convert_tiny(workdir: Path) -> Path:
 
 def run_table(table: Table, converted: Path, workdir: Path, settings: dict, progress,
               acceptance: dict[str, Callable[[dict], bool]] = ACCEPTANCE,
-              real_converted: Path | None = None) -> dict[str, Any]:
+              real_converted: Path | None = None, real_settings: dict | None = None) -> dict[str, Any]:
     """Every model's figures on one table (CausalQwen from ``converted``, and from ``real_converted`` as
-    ``causal_qwen_real`` when given, with the library's recipe), and the acceptance checks."""
+    ``causal_qwen_real`` when given, with the library's recipe under ``real_settings``), and the acceptance checks."""
     train, held_out = table.train_rows(), table.held_out_rows()
     true = torch.tensor([float(row[table.target]) for row in held_out], dtype=torch.float64)
     steps = f"{settings['max_steps']} steps of {settings['batch_size']}" if "max_steps" in settings else "default recipe"
@@ -346,7 +350,7 @@ def run_table(table: Table, converted: Path, workdir: Path, settings: dict, prog
     causal, extra = run_causal_qwen(table, converted, workdir, settings, progress)
     figures = {"causal_qwen": {**baselines.forecast_figures(causal, true), **extra}}
     if real_converted is not None:
-        real, real_extra = run_causal_qwen(table, real_converted, workdir / "real", {}, progress)
+        real, real_extra = run_causal_qwen(table, real_converted, workdir / "real", dict(real_settings or {}), progress)
         figures["causal_qwen_real"] = {**baselines.forecast_figures(real, true), **real_extra}
     for name, forecast in forecasts.items():
         figures[name] = baselines.forecast_figures(forecast, true)
@@ -434,9 +438,10 @@ def convert_real(base: str, workdir: Path, progress) -> Path:
 
 
 def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick: bool = False,
-               real_base: str | None = None) -> dict[str, Any]:
+               real_base: str | None = None, real_settings: dict | None = None) -> dict[str, Any]:
     """``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ...}`` for the unseen tables ``names``, every
-    CausalQwen with the library's default recipe (the real weights on `REAL_WEIGHT_TABLES`)."""
+    CausalQwen with the library's default recipe (the real weights on `REAL_WEIGHT_TABLES`, with
+    ``real_settings`` over their recipe: ``--real-set``)."""
     unseen_tables = _unseen_tables()
     REAL_WEIGHT_TABLES, UNSEEN_TABLES = unseen_tables.REAL_WEIGHT_TABLES, unseen_tables.UNSEEN_TABLES
     real_converted = convert_real(real_base, workdir, progress) if real_base is not None else None
@@ -449,7 +454,7 @@ def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick
         real = real_converted if name in REAL_WEIGHT_TABLES else None
         checks = {**UNSEEN_ACCEPTANCE, **(UNSEEN_REAL_ACCEPTANCE if real is not None else {})}
         tables[name] = run_table(table, converted, workdir, settings, progress, acceptance=checks,
-                                 real_converted=real)
+                                 real_converted=real, real_settings=real_settings)
     return {"tables": tables, "acceptance": unseen_acceptance(tables)}
 
 
@@ -747,7 +752,8 @@ def main(argv: list[str] | None = None) -> int:
                              "seattle-weather, or with --unseen on the unseen tables")
     parser.add_argument("--real-set", action="append", default=[], metavar="KEY=VALUE",
                         help="change a setting of CausalQwen's real-weight fine-tuning (a `causal-qwen train --set` "
-                             "key over examples/seattle_weather.yaml, e.g. learning_rate=1e-4)")
+                             "key over examples/seattle_weather.yaml, e.g. learning_rate=1e-4; with --unseen, over "
+                             "the pretrained recipe on each unseen table, e.g. lora=true)")
     parser.add_argument("--workdir", default=None, help="folder for converted models and runs (default: a temporary one)")
     args = parser.parse_args(argv)
     table_list = args.tables if args.tables is not None else ("" if args.unseen else ",".join(TABLE_NAMES))
@@ -806,8 +812,11 @@ def main(argv: list[str] | None = None) -> int:
             result["tables"][name] = run_table(table, converted, workdir, settings, progress)
         result["acceptance"] = {name: all(t["acceptance"].values()) for name, t in result["tables"].items()}
         if unseen_names:
-            unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base)
+            real_settings = training_settings("", parse_overrides(args.real_set), base={})
+            unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base,
+                                real_settings=real_settings)
             result["unseen"], result["unseen_acceptance"] = unseen["tables"], unseen["acceptance"]
+            result["real_settings"] = real_settings
             progress("unseen tables: " + ", ".join(f"{'PASS' if ok else 'FAIL'} {check}"
                                                    for check, ok in unseen["acceptance"].items()))
         elif args.real_base is not None:

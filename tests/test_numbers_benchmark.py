@@ -241,3 +241,20 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
     assert figures["settings"]["qwen_digits"]["steps"] == 1
     assert figures["causal_qwen"]["steps"] == 1 and figures["causal_qwen"]["convert_seconds"] > 0
     assert figures["settings"]["causal_qwen"]["learning_rate"] == 2e-5  # the override, over the example's 1e-5
+
+
+@pytest.mark.slow
+def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
+    """With --unseen, --real-set changes the recipe of each unseen table's real-weight run (here one LoRA step on
+    random:tiny standing in for the real base), and nothing of the embedded default's run."""
+    converted = bench.convert_tiny(tmp_path)
+    settings = bench.training_settings("", bench.parse_overrides(
+        ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0"]), base={})
+    assert settings == {"lora": True, "freeze_backbone": False, "max_steps": 1,
+                        "model_config": {"number_noise_init": 2.0}}
+    result = bench.run_unseen(["la-riots"], converted, tmp_path, progress=lambda line: None, quick=True,
+                              real_base="random:tiny", real_settings=settings)
+    riots = result["tables"]["la-riots"]
+    assert riots["causal_qwen_real"]["steps"] == 1 and riots["causal_qwen_real"]["recipe"] == "random"
+    assert riots["causal_qwen"]["steps"] == bench.QUICK_TRAINING["max_steps"]
+    assert math.isfinite(riots["causal_qwen_real"]["mdae"])
