@@ -138,6 +138,22 @@ def shared_preset_calibrations(tmp_path_factory):
     calibration._MEMO = {}
 
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(file_name: str, module_name: str):
+    """``benchmarks/FILE_NAME`` as a module named ``module_name`` (benchmarks/ is no package); registered in
+    ``sys.modules`` so that its dataclasses can look their module up."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(module_name, BENCHMARKS / file_name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 SMALL_VOCAB = 512
 SMALL_NUM_ID = 500
 

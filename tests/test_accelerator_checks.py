@@ -4,9 +4,6 @@ on the library as it is and report a broken standard decision."""
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,18 +11,12 @@ import torch
 from causal_qwen.core import decisions, generation, modeling
 from causal_qwen import from_qwen
 
-from .conftest import SMALL_NUM_ID, small_qwen
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "accelerator.py"
+from .conftest import SMALL_NUM_ID, load_benchmark, small_qwen
 
 
 @pytest.fixture(scope="module")
 def checks():
-    spec = importlib.util.spec_from_file_location("accelerator_checks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("accelerator.py", "accelerator_checks")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ import pytest
 
 from causal_qwen.cli import main
 
+from .conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "benchmarks" / "individual.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -96,13 +98,8 @@ def test_individual_benchmark_quick_on_the_tiny_preset(tmp_path):
 
 
 def _benchmark():
-    """benchmarks/individual.py as a module (benchmarks/ is no package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("individual_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/individual.py as a module."""
+    return load_benchmark("individual.py", "individual_benchmark")
 
 
 def test_a_tau_is_aimed_between_the_two_points_that_bracket_a_diversity():

@@ -3,11 +3,8 @@ benchmark on tiny data, and the real-weight harness run end to end on the tiny p
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,16 +13,12 @@ from causal_qwen.core.numbers import find_numbers
 from causal_qwen.core.cauchy import scale_mle
 from causal_qwen.evaluation import baselines
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "number_tables.py"
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("number_tables", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("number_tables.py", "number_tables")
 
 
 def rows(xs, ys):

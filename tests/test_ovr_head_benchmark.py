@@ -5,7 +5,6 @@ moved)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -14,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import load_benchmark
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "ovr_head.py"
 # The figures each part must report (docs/benchmarks.md's table).
 PART_A = ("head_mem_ratio", "head_time_ratio", "head_time_vs_matmul", "sampled_speedup")
 PART_B = ("step_mem_ratio", "step_raw_peak_ratio", "step_time_ratio")
@@ -34,10 +34,7 @@ def test_smoke_run_measures_every_part():
 
 @pytest.fixture
 def ovr_head():
-    spec = importlib.util.spec_from_file_location("ovr_head_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ovr_head.py", "ovr_head_benchmark")
 
 
 def test_a_part_that_cannot_run_is_an_error(ovr_head, monkeypatch, capsys):

@@ -3,24 +3,17 @@ preset (figures meaningless)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "readout_ceiling.py"
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def ceiling_bench():
-    spec = importlib.util.spec_from_file_location("readout_ceiling", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("readout_ceiling.py", "readout_ceiling")
 
 
 def numbers(features: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:

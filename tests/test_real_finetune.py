@@ -14,6 +14,8 @@ import pytest
 import torch
 from causal_qwen import from_qwen
 
+from .conftest import load_benchmark
+
 REPO = Path(__file__).resolve().parents[1]
 REAL_GGUF = Path(
     os.environ.get("CAUSAL_QWEN_REAL_GGUF", "/root/.cache/causal_qwen/real/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
@@ -60,11 +62,7 @@ def test_converted_config_drops_the_quantization_marker():
 @pytest.mark.slow
 @pytest.mark.skipif(not REAL_GGUF.is_file(), reason=f"real Qwen2.5 GGUF weights not found at {REAL_GGUF}")
 def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("real_weights_finetune", REPO / "benchmarks" / "real_weights_finetune.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("real_weights_finetune.py", "real_weights_finetune")
     from causal_qwen.conversion.loading import convert_base
     from causal_qwen.training import training
     from causal_qwen.training.train_config import load_train_config
