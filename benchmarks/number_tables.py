@@ -715,6 +715,14 @@ def format_table(name: str, figures: dict) -> str:
     return "\n".join(lines)
 
 
+def checked_settings(settings: dict[str, Any], config) -> dict[str, Any]:
+    """``settings`` with each value as the validated ``config`` holds it (``"1e-4"`` read as text by YAML → 0.0001)."""
+    checked = {key: getattr(config, key) for key in settings if key != "model_config"}
+    if "model_config" in settings:
+        checked["model_config"] = {key: config.model_config[key] for key in settings["model_config"]}
+    return checked
+
+
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     """``[TABLE:]KEY=VALUE`` (VALUE read as YAML) into ``{TABLE or "": {KEY: VALUE}}``."""
     overrides: dict[str, dict[str, Any]] = {}
@@ -775,15 +783,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.real_base is not None and not Path(args.real_base).is_file():
         parser.error(f"--real-base {args.real_base!r} is not a file")
+    real_settings: dict[str, Any] = {}
     if args.real_set:
         if args.real_base is None:
             parser.error("--real-set changes the real-weight part: give --real-base too")
         from causal_qwen.training.train_config import load_train_config
 
         try:  # a wrong key or value fails here, not after the tables' minutes
-            load_train_config(REAL_WEIGHTS["example"], args.real_set)
+            checked = load_train_config(REAL_WEIGHTS["example"], args.real_set)
         except ValueError as error:
             parser.error(f"--real-set: {error}")
+        real_settings = checked_settings(training_settings("", parse_overrides(args.real_set), base={}), checked)
 
     logging.basicConfig(level=logging.WARNING)
     from transformers.utils import logging as hf_logging
@@ -812,7 +822,6 @@ def main(argv: list[str] | None = None) -> int:
             result["tables"][name] = run_table(table, converted, workdir, settings, progress)
         result["acceptance"] = {name: all(t["acceptance"].values()) for name, t in result["tables"].items()}
         if unseen_names:
-            real_settings = training_settings("", parse_overrides(args.real_set), base={})
             unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base,
                                 real_settings=real_settings)
             result["unseen"], result["unseen_acceptance"] = unseen["tables"], unseen["acceptance"]

@@ -245,6 +245,12 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
         ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0"]), base={})
     assert settings == {"lora": True, "freeze_backbone": False, "max_steps": 1,
                         "model_config": {"number_noise_init": 2.0}}
+    from causal_qwen.training.train_config import load_train_config
+
+    text_rate = bench.training_settings("", bench.parse_overrides(["lora_learning_rate=1e-4"]), base={})
+    assert text_rate == {"lora_learning_rate": "1e-4"}  # YAML reads 1e-4 as text; the JSON records the float
+    assert bench.checked_settings(text_rate, load_train_config(bench.REAL_WEIGHTS["example"],
+                                                               ["lora_learning_rate=1e-4"])) == {"lora_learning_rate": 1e-4}
     result = bench.run_unseen(["la-riots"], converted, tmp_path, progress=lambda line: None, quick=True,
                               real_base="random:tiny", real_settings=settings)
     riots = result["tables"]["la-riots"]
