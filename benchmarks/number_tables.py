@@ -248,15 +248,13 @@ TABLES: dict[str, Callable[[], Table]] = {"seattle-weather": seattle_weather, "c
 # ---------------------------------------------------------------------------------------------------------
 # CausalQwen on one table
 # ---------------------------------------------------------------------------------------------------------
-def training_settings(table: str, overrides: dict[str, dict[str, Any]] | None = None, quick: bool = False,
-                      base: dict | None = None) -> dict:
-    """``base`` (default: `TRAINING` with the table's `TABLE_TRAINING`), then ``overrides[""]`` and
-    ``overrides[table]`` (a ``model_config.KEY`` merges into ``model_config``)."""
-    settings = {**TRAINING, **TABLE_TRAINING.get(table, {})} if base is None else dict(base)
+def training_settings(table: str, overrides: dict[str, dict[str, Any]] | None = None, quick: bool = False) -> dict:
+    """`TRAINING` with the table's `TABLE_TRAINING`, then ``overrides[""]`` and ``overrides[table]``."""
+    settings = {**TRAINING, **TABLE_TRAINING.get(table, {})}
     for scope in ("", table):
         for key, value in (overrides or {}).get(scope, {}).items():
             if key.startswith("model_config."):
-                settings["model_config"] = {**settings.get("model_config", {}), key.split(".", 1)[1]: value}
+                settings["model_config"] = {**settings["model_config"], key.split(".", 1)[1]: value}
             else:
                 settings[key] = value
     if quick:
@@ -715,12 +713,17 @@ def format_table(name: str, figures: dict) -> str:
     return "\n".join(lines)
 
 
-def checked_settings(settings: dict[str, Any], config) -> dict[str, Any]:
-    """``settings`` with each value as the validated ``config`` holds it (``"1e-4"`` read as text by YAML → 0.0001)."""
-    checked = {key: getattr(config, key) for key in settings if key != "model_config"}
-    if "model_config" in settings:
-        checked["model_config"] = {key: config.model_config[key] for key in settings["model_config"]}
-    return checked
+def checked_settings(items: list[str], config) -> dict[str, Any]:
+    """The settings ``KEY=VALUE`` items name, each value as the validated ``config`` holds it (``1e-4``, text to
+    YAML, as 0.0001); a ``model_config.KEY`` goes into ``model_config``."""
+    settings: dict[str, Any] = {}
+    for key in (item.split("=", 1)[0] for item in items):
+        if key.startswith("model_config."):
+            name = key.split(".", 1)[1]
+            settings.setdefault("model_config", {})[name] = config.model_config[name]
+        else:
+            settings[key] = getattr(config, key)
+    return settings
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -793,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
             checked = load_train_config(REAL_WEIGHTS["example"], args.real_set)
         except ValueError as error:
             parser.error(f"--real-set: {error}")
-        real_settings = checked_settings(training_settings("", parse_overrides(args.real_set), base={}), checked)
+        real_settings = checked_settings(args.real_set, checked)
 
     logging.basicConfig(level=logging.WARNING)
     from transformers.utils import logging as hf_logging

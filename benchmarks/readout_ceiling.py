@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark modules
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when run from elsewhere
 
+import number_tables  # noqa: E402
 import unseen_tables  # noqa: E402
 
 LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
@@ -105,18 +106,15 @@ def ceiling(numbers: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
 
 
 def simple_baselines(table) -> dict[str, float]:
-    """The held-out MdAE of issue 31's simple baselines: the training median, the per-group median where the
-    table has a category, the last value seen (per group) where it is split in time."""
+    """The held-out MdAE of issue 31's simple baselines: the training median, and the per-group median and the last
+    value seen (per group) where the table has a category or a time split (`number_tables.simple_baselines`)."""
     from causal_qwen.evaluation import baselines
     from causal_qwen.evaluation.metrics import median_absolute_error
 
     train, held = table.train_rows(), table.held_out_rows()
     true = torch.tensor([float(row[table.target]) for row in held], dtype=torch.float64)
-    forecasts = {"median": baselines.fit_median(train, held, table.target)}
-    if table.group is not None:
-        forecasts["group_median"] = baselines.fit_group_median(train, held, table.group, table.target)
-    if table.time is not None:
-        forecasts["last_value"] = baselines.fit_last_value(train, held, table.time, table.target, table.group)
+    forecasts = {"median": baselines.fit_median(train, held, table.target),
+                 **number_tables.simple_baselines(table, train, held)}
     return {name: median_absolute_error(true, forecast.point) for name, forecast in forecasts.items()}
 
 

@@ -240,17 +240,16 @@ def test_real_weight_harness_on_the_tiny_preset(bench, tmp_path):
 def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     """With --unseen, --real-set changes the recipe of each unseen table's real-weight run (here one LoRA step on
     random:tiny standing in for the real base), and nothing of the embedded default's run."""
-    converted = bench.convert_tiny(tmp_path)
-    settings = bench.training_settings("", bench.parse_overrides(
-        ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0"]), base={})
-    assert settings == {"lora": True, "freeze_backbone": False, "max_steps": 1,
-                        "model_config": {"number_noise_init": 2.0}}
     from causal_qwen.training.train_config import load_train_config
 
-    text_rate = bench.training_settings("", bench.parse_overrides(["lora_learning_rate=1e-4"]), base={})
-    assert text_rate == {"lora_learning_rate": "1e-4"}  # YAML reads 1e-4 as text; the JSON records the float
-    assert bench.checked_settings(text_rate, load_train_config(bench.REAL_WEIGHTS["example"],
-                                                               ["lora_learning_rate=1e-4"])) == {"lora_learning_rate": 1e-4}
+    converted = bench.convert_tiny(tmp_path)
+    items = ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0"]
+    settings = bench.checked_settings(items, load_train_config(bench.REAL_WEIGHTS["example"], items))
+    assert settings == {"lora": True, "freeze_backbone": False, "max_steps": 1,
+                        "model_config": {"number_noise_init": 2.0}}
+    assert bench.parse_overrides(["lora_learning_rate=1e-4"]) == {"": {"lora_learning_rate": "1e-4"}}  # YAML: text
+    assert bench.checked_settings(["lora_learning_rate=1e-4"], load_train_config(
+        bench.REAL_WEIGHTS["example"], ["lora_learning_rate=1e-4"])) == {"lora_learning_rate": 1e-4}  # the float
     result = bench.run_unseen(["la-riots"], converted, tmp_path, progress=lambda line: None, quick=True,
                               real_base="random:tiny", real_settings=settings)
     riots = result["tables"]["la-riots"]
