@@ -21,6 +21,18 @@ documents, split and check slice as ``causal-qwen train`` with the recipe) and p
   their MdAE, and the interval check can only learn the slice's errors, so this ratio is the factor by which a
   width measured on the training rows falls short (1: the slice foresees the held-out errors).
 
+Three other read-outs answer "would another fit do better?" (`variants`), each on the same features:
+
+- ``cauchy``: the ridge-penalised Cauchy fit (`cauchy_ridge_fit`), the likelihood training minimises, robust to
+  the numbers a least-squares fit chases; held-out MdAE per ``λ``, the ``λ`` its out-of-fold error chooses, and
+  the best in hindsight;
+- ``recency`` (time splits): the ridge fit with each row weighted ``2^(−(1 − t)/h)`` by its place ``t`` in the
+  training period (`recency_weights`), for every half-life ``h`` of `HALF_LIVES` and ``λ``: the best in hindsight,
+  which weighting the latest rows can reach at most;
+- ``horizon_slice`` (time splits): ``held / slice`` again with a check slice as long a share of the training
+  rows as the held-out period is (at most half): whether a slice that looks as far ahead as the forecast would
+  have foreseen the held-out errors.
+
 ``--json`` prints ``{"tables": {NAME: {...}}, "seconds": ...}``. On Qwen2.5-Coder-0.5B and 2 CPU cores the six tables
 take about 15 minutes, nearly all of it the backbone's one pass over airports' 3,372 sentences.
 """
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -47,6 +60,12 @@ import unseen_tables  # noqa: E402
 
 LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 """The relative ridges tried: the recipe's grid (`warm_start.RIDGE_GRID`) and two weaker ones below it."""
+HALF_LIVES = (2.0, 1.0, 0.5, 0.25, 0.1, 0.05)
+"""The recency weights' half-lives tried, as shares of the training period."""
+CAUCHY_ITERATIONS = 30
+"""Reweighting rounds of `cauchy_ridge_fit`."""
+MAX_HORIZON_SHARE = 0.5
+"""The longest check slice of ``horizon_slice``, as a share of the training rows."""
 READ_BATCH = 32
 
 
@@ -105,6 +124,95 @@ def ceiling(numbers: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
     return figures
 
 
+def weighted_ridge_fit(features: Tensor, values: Tensor, ridge: float, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """``(W (C,), b ())`` minimising ``Σ_m w_m·(W·x_m + b − y_m)² + λ·(Σ_m w_m·‖x_m‖²/C)·‖W‖²``; with every
+    ``w_m = 1`` this is the warm start's ridge (`warm_start.ridge_fit`). features (M,C), values (M,), weights (M,)."""
+    causal_size = features.shape[1]
+    total = weights.sum()
+    mean_x = (weights[:, None] * features).sum(dim=0) / total  # (C,) weighted, so the bias stays unpenalised
+    mean_y = (weights * values).sum() / total
+    centred = features - mean_x  # (M,C)
+    penalty = ridge * float((weights[:, None] * features.square()).sum()) / causal_size
+    eye = torch.eye(causal_size, dtype=features.dtype, device=features.device)
+    gram = centred.T @ (weights[:, None] * centred) + penalty * eye  # (C,C)
+    weight = torch.linalg.solve(gram, centred.T @ (weights * (values - mean_y)))  # (C,)
+    return weight, mean_y - mean_x @ weight
+
+
+def cauchy_ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
+    """The ridge-penalised Cauchy read-out by iteratively reweighted least squares: from the ridge fit, repeat
+    `CAUCHY_ITERATIONS` times ``r = y − (X·W + b)``, ``γ = median |r|`` (a Cauchy's scale is its median absolute
+    deviation), ``w_m = 1 / (1 + (r_m/γ)²)`` and ``(W, b) = weighted_ridge_fit(X, y, λ, w)``: at a fixed point the
+    gradient of ``Σ_m log(1 + (r_m/γ)²)`` is the weighted least-squares one, so far-off numbers pull on the fit as
+    little as they do on the Cauchy likelihood."""
+    weights = torch.ones_like(values)  # (M,)
+    weight, bias = weighted_ridge_fit(features, values, ridge, weights)
+    for _ in range(CAUCHY_ITERATIONS):
+        residuals = values - (features @ weight + bias)  # (M,)
+        spread = residuals.abs().median().clamp_min(1e-12)
+        weights = 1.0 / (1.0 + (residuals / spread).square())
+        weight, bias = weighted_ridge_fit(features, values, ridge, weights)
+    return weight, bias
+
+
+def document_times(is_target: Tensor) -> Tensor:
+    """Each number's place in the training period (M,) float64 in [0, 1): its document's index over the number of
+    documents. The numbers come in the documents' time order and each document's target is its last number
+    (every number counts as its own document when none is a target)."""
+    marks = is_target.long() if bool(is_target.any()) else torch.ones_like(is_target, dtype=torch.long)
+    document = torch.cumsum(marks, dim=0) - marks  # (M,) the targets seen before this number
+    return document.double() / float(marks.sum())
+
+
+def recency_weights(times: Tensor, half_life: float) -> Tensor:
+    """``w_m = 2^(−(1 − t_m)/h)`` (M,): the latest rows weigh about 1, a row ``h`` of the period earlier half."""
+    return torch.pow(2.0, -(1.0 - times) / half_life)
+
+
+def variants(numbers: dict[str, dict[str, Tensor]], time_split: bool) -> dict[str, Any]:
+    """The other read-outs of the module docstring for one table's numbers (`table_numbers`): ``cauchy`` always,
+    ``recency`` and ``horizon_slice`` when the split is in time (None otherwise)."""
+    from causal_qwen.training.warm_start import choose_ridge, ridge_fit
+
+    kept, check, held = numbers["kept"], numbers["slice"], numbers["held"]
+    every = {key: torch.cat([kept[key], check[key]]) for key in kept}  # the training rows, in time order
+    by_ridge = {f"{ridge:g}": target_mdae(held, *cauchy_ridge_fit(every["X"], every["y"], ridge)) for ridge in LAMBDAS}
+    auto, _ = choose_ridge(kept["X"], kept["y"], scored=kept["is_target"], fit=cauchy_ridge_fit)
+    best = min(LAMBDAS, key=lambda ridge: by_ridge[f"{ridge:g}"])
+    figures: dict[str, Any] = {
+        "cauchy": {"held_mdae_by_ridge": by_ridge, "auto_ridge": auto, "auto_mdae": by_ridge[f"{auto:g}"],
+                   "best_ridge": best, "best_mdae": by_ridge[f"{best:g}"]},
+        "recency": None, "horizon_slice": None}
+    if not time_split:
+        return figures
+
+    times = document_times(every["is_target"])  # (M,)
+    weighted = {(life, ridge): target_mdae(held, *weighted_ridge_fit(every["X"], every["y"], ridge,
+                                                                     recency_weights(times, life)))
+                for life in HALF_LIVES for ridge in LAMBDAS}
+    life, ridge = min(weighted, key=weighted.get)
+    figures["recency"] = {"best_half_life": life, "best_ridge": ridge, "best_mdae": weighted[(life, ridge)]}
+
+    trained_docs, held_docs = int(every["is_target"].sum()), int(held["is_target"].sum())
+    share = min(held_docs / max(trained_docs, 1), MAX_HORIZON_SHARE)
+    before = times < 1.0 - share  # (M,) the numbers of the documents before the longer slice
+    early = {key: value[before] for key, value in every.items()}
+    late = {key: value[~before] for key, value in every.items()}
+    chosen, _ = choose_ridge(early["X"], early["y"], scored=early["is_target"])
+    slice_mdae = target_mdae(late, *ridge_fit(early["X"], early["y"], chosen))
+    held_mdae = target_mdae(held, *ridge_fit(every["X"], every["y"],
+                                              choose_ridge(kept["X"], kept["y"], scored=kept["is_target"])[0]))
+    figures["horizon_slice"] = {"share": share, "ridge": chosen, "slice_mdae": slice_mdae,
+                                "held_over_slice": held_mdae / max(slice_mdae, 1e-12)}
+    return figures
+
+
+def best_in_hindsight(figures: dict[str, Any]) -> float:
+    """The smallest held-out MdAE of any read-out of one table: ridge, Cauchy fit, recent rows weighted."""
+    recency = figures["recency"]
+    return min(figures["best_mdae"], figures["cauchy"]["best_mdae"], math.inf if recency is None else recency["best_mdae"])
+
+
 def simple_baselines(table) -> dict[str, float]:
     """The held-out MdAE of issue 31's simple baselines: the training median, and the per-group median and the last
     value seen (per group) where the table has a category or a time split (`number_tables.simple_baselines`)."""
@@ -129,7 +237,22 @@ def format_figures(name: str, figures: dict[str, Any]) -> str:
             f"    auto λ {figures['auto_ridge']:g}: {figures['auto_mdae']:.4g}; best λ {figures['best_ridge']:g}: "
             f"{figures['best_mdae']:.4g}; simple baselines: {simple} (best {figures['best_simple']:.4g}: "
             f"{'reached' if figures['best_mdae'] <= figures['best_simple'] else 'out of reach'})\n"
-            f"    held / slice MdAE of the auto read-out: {ratio}")
+            f"    held / slice MdAE of the auto read-out: {ratio}"
+            + "".join(f"\n    {line}" for line in variant_lines(figures)))
+
+
+def variant_lines(figures: dict[str, Any]) -> list[str]:
+    """The `variants` figures as text, one line each."""
+    cauchy, recency, horizon = figures["cauchy"], figures["recency"], figures["horizon_slice"]
+    lines = [f"Cauchy fit: auto λ {cauchy['auto_ridge']:g}: {cauchy['auto_mdae']:.4g}; best λ {cauchy['best_ridge']:g}: "
+             f"{cauchy['best_mdae']:.4g}"]
+    if recency is not None:
+        lines.append(f"recent rows weighted: best half-life {recency['best_half_life']:g}, λ {recency['best_ridge']:g}: "
+                     f"{recency['best_mdae']:.4g}")
+    if horizon is not None:
+        lines.append(f"slice of {horizon['share']:.2f} of the training rows (as long as the held-out period): "
+                     f"held / slice {horizon['held_over_slice']:.2f}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,16 +284,20 @@ def main(argv: list[str] | None = None) -> int:
         table = unseen_tables.UNSEEN_TABLES[name]()
         if args.quick:
             table.rows = table.train_rows()[:40] + table.held_out_rows()[:12]
-        figures = ceiling(table_numbers(model, tokenizer, table, workdir, args.base))
+        numbers = table_numbers(model, tokenizer, table, workdir, args.base)
+        figures = {**ceiling(numbers), **variants(numbers, time_split=table.time is not None)}
         figures["baselines"] = simple_baselines(table)
         figures["best_simple"] = min(figures["baselines"].values())
         result["tables"][name] = figures
         print(format_figures(name, figures), file=stream, flush=True)
     reached = [name for name, figures in result["tables"].items() if figures["best_mdae"] <= figures["best_simple"]]
+    any_reached = [name for name, figures in result["tables"].items() if best_in_hindsight(figures) <= figures["best_simple"]]
     result["best_reaches_a_simple_baseline"] = reached
+    result["any_read_out_reaches_a_simple_baseline"] = any_reached
     result["seconds"] = time.perf_counter() - started
     print(f"the best ridge reaches the best simple baseline on {len(reached)} of {len(names)} tables "
-          f"({', '.join(reached) or 'none'}); {result['seconds']:.0f} s", file=stream, flush=True)
+          f"({', '.join(reached) or 'none'}); the best of every read-out, in hindsight, on {len(any_reached)} "
+          f"({', '.join(any_reached) or 'none'}); {result['seconds']:.0f} s", file=stream, flush=True)
     if args.json:
         print(json.dumps(result, indent=1))
     return 0

@@ -51,9 +51,12 @@ def test_quick_run_prints_every_table(ceiling_bench, capsys, tmp_path):
     stocks, riots = result["tables"]["stocks"], result["tables"]["la-riots"]
     assert set(stocks["baselines"]) == {"median", "group_median", "last_value"}
     assert set(riots["baselines"]) == {"median", "group_median"}  # a random split has no last value
+    assert stocks["recency"] is not None and stocks["horizon_slice"] is not None and riots["recency"] is None
+    assert "any_read_out_reaches_a_simple_baseline" in result
     for figures in (stocks, riots):
         assert set(figures["held_mdae_by_ridge"]) == {f"{ridge:g}" for ridge in ceiling_bench.LAMBDAS}
         assert figures["best_mdae"] <= figures["auto_mdae"]
+        assert figures["cauchy"]["best_mdae"] <= figures["cauchy"]["auto_mdae"]
         assert figures["numbers"]["slice"] >= 8 and figures["held_over_slice"] > 0
     assert "the best ridge reaches the best simple baseline on" in captured.err
 
@@ -63,3 +66,54 @@ def test_bad_arguments_are_refused(ceiling_bench, tmp_path):
         ceiling_bench.main(["--base", str(tmp_path / "missing.gguf")])
     with pytest.raises(SystemExit):
         ceiling_bench.main(["--base", "random:tiny", "--tables", "no-such-table"])
+
+
+def test_the_weighted_ridge_with_equal_weights_is_the_warm_starts(ceiling_bench):
+    from causal_qwen.training.warm_start import ridge_fit
+
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(50, 6, generator=generator, dtype=torch.float64)
+    values = features @ torch.arange(6, dtype=torch.float64) + torch.randn(50, generator=generator, dtype=torch.float64)
+    for ridge in (1e-3, 1.0):
+        weight, bias = ceiling_bench.weighted_ridge_fit(features, values, ridge, torch.full((50,), 3.0, dtype=torch.float64))
+        expected_weight, expected_bias = ridge_fit(features, values, ridge)
+        assert torch.allclose(weight, expected_weight) and torch.allclose(bias, expected_bias)
+
+
+def test_the_cauchy_fit_ignores_far_off_numbers_that_pull_the_ridge(ceiling_bench):
+    """y = 2·x₀ + 1 with a tenth of the numbers off by +1000: least squares moves its intercept by about 100, the
+    Cauchy fit stays on the line."""
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(200, 3, generator=generator, dtype=torch.float64)
+    values = 2 * features[:, 0] + 1 + 0.01 * torch.randn(200, generator=generator, dtype=torch.float64)
+    values[::10] += 1000.0
+    _, ridge_bias = ceiling_bench.weighted_ridge_fit(features, values, 1e-6, torch.ones(200, dtype=torch.float64))
+    weight, bias = ceiling_bench.cauchy_ridge_fit(features, values, 1e-6)
+    assert float(ridge_bias) > 50
+    assert float(bias) == pytest.approx(1.0, abs=0.05) and float(weight[0]) == pytest.approx(2.0, abs=0.05)
+
+
+def test_recent_rows_weighted_follow_a_level_shift_and_the_longer_slice_sees_it(ceiling_bench):
+    """A constant read-out (features carry nothing) of a series whose level steps from 0 to 10 two thirds of the
+    way in: weighting the latest rows brings the forecast toward 10, a slice as long as the held-out period
+    (which stays at 10) is a third of the training rows, and the Cauchy fit, robust, stays at the level most rows
+    have (0)."""
+    count = 90
+    is_target = torch.ones(count, dtype=torch.bool)
+    times = ceiling_bench.document_times(is_target)
+    assert float(times[0]) == 0.0 and float(times[-1]) == pytest.approx(89 / 90)
+    weights = ceiling_bench.recency_weights(times, 0.1)
+    assert float(weights[-1]) == pytest.approx(2 ** (-(1 / 90) / 0.1)) and float(weights[0]) < 1e-3
+
+    features = torch.ones(count + 30, 2, dtype=torch.float64)  # the same for every row: they carry nothing
+    level = torch.cat([torch.zeros(60), torch.full((60,), 10.0)]).double()
+    split = {"kept": numbers(features[:80], level[:80]), "slice": numbers(features[80:90], level[80:90]),
+             "held": numbers(features[90:], level[90:])}
+    figures = ceiling_bench.variants(split, time_split=True)
+    plain = ceiling_bench.target_mdae(split["held"], *ceiling_bench.weighted_ridge_fit(
+        features[:90], level[:90], 1.0, torch.ones(90, dtype=torch.float64)))
+    assert plain == pytest.approx(10 * 2 / 3, abs=1e-6)  # the mean of the training period
+    assert figures["recency"]["best_mdae"] < 0.5
+    assert figures["horizon_slice"]["share"] == pytest.approx(1 / 3)
+    assert figures["cauchy"]["best_mdae"] == pytest.approx(10.0, abs=0.01)  # robust: the majority level, 0
+    assert ceiling_bench.variants(split, time_split=False)["recency"] is None

@@ -211,6 +211,10 @@ def _target_marks(labels: Tensor, num_id: int, target_ordinals: list[int] | None
     return is_number & (ordinal == wanted[:, None])
 
 
+RegressionFit = Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]]
+"""A read-out fit: ``(features (M,C), values (M,), ridge) → (W (C,), b ())``; `ridge_fit` is the warm start's."""
+
+
 def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
     """The ridge solution of the module docstring: ``(W (C,), b ())`` in float64. features (M,C), values (M,)."""
     count, causal_size = features.shape
@@ -223,28 +227,31 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
     return weight, mean_y - mean_x @ weight
 
 
-def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds: int = FOLDS) -> Tensor:
-    """``r_m = ŷ_m − y_m`` (M,) where ``ŷ_m`` comes from the ridge fit to the other of ``folds`` contiguous blocks
-    (the module docstring); the in-sample residuals when there are fewer than ``2·folds`` targets."""
+def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds: int = FOLDS,
+                          fit: RegressionFit | None = None) -> Tensor:
+    """``r_m = ŷ_m − y_m`` (M,) where ``ŷ_m`` comes from the fit (`ridge_fit` unless ``fit`` is given: any
+    ``(features, values, ridge) → (W, b)``) to the other of ``folds`` contiguous blocks (the module docstring);
+    the in-sample residuals when there are fewer than ``2·folds`` targets."""
+    fit = ridge_fit if fit is None else fit
     count = len(values)
     if count < 2 * folds:
-        weight, bias = ridge_fit(features, values, ridge)
+        weight, bias = fit(features, values, ridge)
         return features @ weight + bias - values
     residuals = torch.empty_like(values)  # (M,)
     edges = [round(count * k / folds) for k in range(folds + 1)]
     for start, stop in zip(edges[:-1], edges[1:]):
         rest = torch.ones(count, dtype=torch.bool, device=values.device)
         rest[start:stop] = False
-        weight, bias = ridge_fit(features[rest], values[rest], ridge)
+        weight, bias = fit(features[rest], values[rest], ridge)
         residuals[start:stop] = features[start:stop] @ weight + bias - values[start:stop]
     return residuals
 
 
 def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RIDGE_GRID,
-                 scored: Tensor | None = None) -> tuple[float, dict[str, float]]:
+                 scored: Tensor | None = None, fit: RegressionFit | None = None) -> tuple[float, dict[str, float]]:
     """``(λ, {λ: e(λ)})`` with ``e(λ)`` the mean over the `FOLDS` blocks of each block's median absolute
-    out-of-fold residual (`out_of_fold_residuals`) on the ``scored`` numbers (M,) bool (all when None; the fits
-    read every number; blocks without a scored number left out): the largest ``λ`` of ``grid`` whose ``e`` lies
+    out-of-fold residual (`out_of_fold_residuals`, by ``fit``: `ridge_fit` when None) on the ``scored`` numbers
+    (M,) bool (all when None; the fits read every number; blocks without a scored number left out): the largest ``λ`` of ``grid`` whose ``e`` lies
     within one standard error (the blocks' spread of ``e`` at the best ``λ``, over the square root of their count)
     of the smallest ``e`` — the one-standard-error rule: the
     strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and an empty table) when fewer
@@ -257,7 +264,7 @@ def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RID
     blocks = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if bool(scored[a:b].any())]  # those with a scored number
     per_block = {}
     for ridge in grid:
-        residuals = out_of_fold_residuals(features, values, ridge).abs()  # (M,)
+        residuals = out_of_fold_residuals(features, values, ridge, fit=fit).abs()  # (M,)
         per_block[ridge] = torch.stack([residuals[a:b][scored[a:b]].median() for a, b in blocks])  # (blocks,)
     table = {f"{ridge:g}": float(errors.mean()) for ridge, errors in per_block.items()}
     best = min(grid, key=lambda ridge: table[f"{ridge:g}"])
