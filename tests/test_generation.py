@@ -507,7 +507,7 @@ def test_bad_input_is_rejected_with_a_clear_message(small_model, tiny_model, tok
             generate_ids(small_model, ids, mask, mode="causal", causal_temperature=bad)
     with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         generate_ids(small_model, ids, mask, mode="standard", causal_temperature=2.0)
-    with pytest.raises(ValueError, match="only apply to mode 'traditional'"):
+    with pytest.raises(ValueError, match="only applies to mode 'traditional'"):
         generate_ids(small_model, ids, mask, mode="standard", temperature=0.7)
     with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         generate_ids(small_model, ids, mask, mode="standard", individual=torch.full((causal_size,), 0.5))

@@ -596,3 +596,71 @@ def test_convert_out_that_is_a_file(tmp_path, capsys):
     a_file.write_text("keep me", encoding="utf-8")
     line = cli_error(capsys, "convert", "--base", "random:tiny", "--out", str(a_file))
     assert f"--out '{a_file}' is a file, not a folder" in line and a_file.read_text() == "keep me"
+
+
+# ---- what a new user meets: model folders, paths, failed first runs ---------------------------------------
+def test_a_checkpoint_loads_as_a_model_folder_and_a_broken_folder_is_named(assets, finished_run, tmp_path, capsys):
+    """Every checkpoint-N holds the tokenizer (eval/predict/generate take it as --model); a folder without its
+    tokenizer or its weights gets a one-line error naming what is missing."""
+    import shutil
+
+    from causal_qwen.cli import main as cli_main
+
+    assert cli_main(["predict", "--model", str(finished_run / "checkpoint-4"), "--top-k", "2", "day 3"]) == 0
+    assert "next step after 'day 3'" in capsys.readouterr().out
+    no_tokenizer = tmp_path / "no_tokenizer"
+    shutil.copytree(assets / "converted", no_tokenizer)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json"):
+        (no_tokenizer / name).unlink(missing_ok=True)
+    assert "holds no tokenizer" in cli_error(capsys, "predict", "--model", str(no_tokenizer), "day 3")
+    no_weights = tmp_path / "no_weights"
+    shutil.copytree(assets / "converted", no_weights)
+    for file in no_weights.glob("*.safetensors"):
+        file.unlink()
+    assert "holds no weights" in cli_error(capsys, "predict", "--model", str(no_weights), "day 3")
+
+
+def test_a_file_that_is_no_base_is_named(tmp_path, capsys):
+    table = tmp_path / "table.csv"
+    table.write_text("a,b\n1,2\n", encoding="utf-8")
+    assert "is a file but not a .gguf one" in cli_error(capsys, "convert", "--base", str(table), "--out", str(tmp_path / "o"))
+    empty = tmp_path / "empty.gguf"
+    empty.touch()
+    assert f"GGUF file '{empty}' is empty" in cli_error(capsys, "convert", "--base", str(empty), "--out", str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_first_run_stopped_by_bad_data_leaves_no_folder(assets, tmp_path, capsys):
+    out = tmp_path / "new_run"
+    config = write_config(tmp_path / "c.yaml", settings(assets, out))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("day,value\n1,2.5\n2,lots\n", encoding="utf-8")
+    assert "holds 'lots'" in cli_error(capsys, "train", str(config), "--set", f"data={bad}")
+    assert not out.exists()
+
+
+def test_the_saved_config_names_the_data_by_its_absolute_path(assets, tmp_path, monkeypatch):
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import saved_settings
+
+    monkeypatch.chdir(assets)
+    config = TrainConfig(**settings(assets, tmp_path / "run", data="data.csv"))
+    assert saved_settings(config)["data"] == str((assets / "data.csv").resolve())
+    assert config.data == "data.csv"
+
+
+def test_eval_split_at_alone_cuts_the_configs_column(assets, finished_run, capsys):
+    from causal_qwen.cli import main as cli_main
+
+    assert cli_main(["eval", "--model", str(finished_run / "final"), "--split-at", "40"]) == 2  # the run split at random
+    assert "--split-at needs --split-by" in capsys.readouterr().err
+    assert cli_main(["eval", "--model", str(finished_run / "final"), "--split-by", "day", "--split-at", "40"]) == 0
+    assert "the rows with day >= '40'" in capsys.readouterr().out
+
+
+def test_generate_checks_where_the_individual_goes_before_generating(assets, tmp_path, capsys):
+    occupied = tmp_path / "a_file"
+    occupied.write_text("", encoding="utf-8")
+    line = cli_error(capsys, "generate", "--model", str(assets / "converted"), "--mode", "causal",
+                     "--individual-scope", "sequence", "--seed", "1", "--save-individual", str(occupied / "me.json"), "day 3")
+    assert "is not a writable folder" in line

@@ -152,7 +152,7 @@ def test_the_streamer_can_be_iterated_from_another_thread(tiny_model, tokenizer)
 def test_bad_options_give_clear_errors(tiny_model, tokenizer):
     cases = [
         (dict(mode="beam"), ValueError, "standard, causal, traditional"),
-        (dict(mode="standard", temperature=0.7), ValueError, "only apply to mode 'traditional'"),
+        (dict(mode="standard", temperature=0.7), ValueError, "only applies to mode 'traditional'"),
         (dict(mode="standard", individual=[0.5] * 64), ValueError, "only apply to mode 'causal'"),
         (dict(mode="causal", individual_scope="sequence", individual=[0.5] * 5), ValueError, "individual has shape"),
         (dict(mode="causal", individual=[0.5] * 64), ValueError, "individual_scope='sequence'"),
@@ -265,3 +265,23 @@ def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     expected = generate(tiny_model, tokenizer, list(PROMPTS), max_new_tokens=3)
     assert lines == [f"[{index}] {PROMPTS[index]}{result.text}" for index, result in enumerate(expected)]
+
+
+def test_a_number_written_after_a_prompt_ending_in_one_is_set_apart(tiny_model, tokenizer):
+    """Prompt "1e-3" and a first new number 2.5 would join into "1e-32.5", which reads back as no number: the text
+    starts with a space there, and prompt + text reads back as the prompt's number, then the new one."""
+    from causal_qwen.core.numbers import find_numbers
+
+    with number_bias(tiny_model, 1e4):
+        ending, spaced = generate(tiny_model, tokenizer, ["1e-3", "costs 3 and"], mode="standard", max_new_tokens=1)
+    assert ending.text.startswith(" ") and not spaced.text.startswith("  ")
+    read = [span.value for span in find_numbers("1e-3" + ending.text)]
+    assert read == [pytest.approx(1e-3), pytest.approx(ending.numbers[0].value, rel=1e-6)]
+
+
+def test_predict_refuses_a_text_longer_than_the_model_reads(tiny_model, tokenizer):
+    from causal_qwen.evaluation.predict import predict_next
+
+    limit = tiny_model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"reads at most {limit:,} positions"):
+        predict_next(tiny_model, tokenizer, " ".join(["word"] * (limit + 10)))

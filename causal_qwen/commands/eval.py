@@ -130,7 +130,11 @@ def data_spec(args: argparse.Namespace):
     data = args.data or (config.validation_data or config.data if config is not None else None)
     if data is None:
         raise ValueError("--data is required (or --config TRAIN.yaml / a --model folder with its train_config.yaml)")
-    from_config = config is not None and data in (config.data, config.validation_data)
+    from_config = config is not None and _same_file(data, (config.data, config.validation_data))
+    if args.split_at is not None and args.split_by is None:
+        if not (from_config and config.split_by):
+            raise ValueError("--split-at needs --split-by (the column to split by)")
+        args.split_by = config.split_by  # the config's column, cut where the command line says
     split = _config_split(config, data) if from_config and args.split_by is None else {}
 
     def pick(given, key: str, default):
@@ -150,6 +154,13 @@ def data_spec(args: argparse.Namespace):
     return spec
 
 
+def _same_file(data: str, names: tuple) -> bool:
+    """Whether ``data`` names one of ``names`` (the config's data files), as written or as the same file."""
+    if data in names:
+        return True
+    return Path(data).is_file() and any(name and Path(name).is_file() and Path(name).samefile(data) for name in names)
+
+
 def _config_split(config, data: str) -> dict:
     """The validation side of the config's split, as `EvalData` fields (none for its validation_data file)."""
     if data == config.validation_data or (config.split_by is None and not config.validation_split):
@@ -166,6 +177,8 @@ def _describe_spec(spec, split: dict) -> str:
         parts.append(f"the rows with {spec.split_by} >= {spec.split_at!r} (training's validation rows)")
     elif split:
         parts.append(f"training's validation rows ({spec.validation_split:.0%})")
+    elif spec.split_at is not None:
+        parts.append(f"the rows with {spec.split_by} >= {spec.split_at!r}")
     else:
         parts.append("every row")
     if spec.target:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .eval import add_model_arguments, load_model, placement
+from ..core.files import write_text_atomic
+from .eval import add_model_arguments, check_writable_file, load_model, placement
 
 # The modes of `causal_qwen.core.generation.MODES` (spelled here so that --help imports no torch).
 MODES = ("standard", "causal", "traditional")
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                          "a token-scope run replays from its --seed)")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    check_writable_file(args.save_individual)  # before any work: not after the text is generated
     for index, prompt in enumerate(args.prompts):
         if prompt == "":
             raise ValueError(f"prompt {index} is empty")
@@ -155,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     results = streamer.results(args.prompts)
     if args.save_individual:
         rows = [result.individual.tolist() for result in results]
-        Path(args.save_individual).write_text(json.dumps({"individuals": rows}), encoding="utf-8")
+        Path(args.save_individual).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.save_individual), json.dumps({"individuals": rows}))
         print(f"individuals written to {args.save_individual}", file=sys.stderr)
     if args.json:
         print(json.dumps([result.to_dict() for result in results], indent=2))

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
         help="show the next-step decision after TEXT",
         description="Show, for the position after TEXT, the top-k tokens by One-vs-Rest probability with loc_S, "
         "scale_S and the softmax probability side by side, and the number forecast: P(<NUM>) and the Cauchy "
-        "median with 50%% and 90%% intervals of the value.",
+        "median with 50% and 90% intervals of the value.",
     )
     add_model_arguments(parser)
     parser.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
@@ -26,7 +26,8 @@ def register(subparsers) -> None:
 def format_view(view) -> str:
     """The `causal_qwen.evaluation.predict.NextStepView` as a text table."""
     threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
-    lines = [f"next step after {view.text!r}{threshold}"]
+    shown = view.text if len(view.text) <= 200 else f"…{view.text[-200:]}"  # a long text: its end
+    lines = [f"next step after {shown!r}{threshold}"]
     header = (
         f"{'rank':>4}  {'id':>7}  {'token':<16} {'P_ovr':>10} {'loc_S':>10} {'C':>8} {'scale_S':>10} {'softmax':>10} "
         f"{'sm_rank':>7}"

@@ -34,7 +34,13 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
         return NumericTokenizer.default()
     path = Path(os.fspath(base))
     if path.is_file() and path.suffix == ".gguf":
+        if path.stat().st_size == 0:
+            raise ValueError(f"GGUF file {str(path)!r} is empty: download it again "
+                             "(python scripts/fetch_real_qwen.py fetches Qwen2.5-Coder-0.5B-Instruct)")
         return NumericTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if path.is_file() and gguf_file is None:
+        raise ValueError(f"base {str(path)!r} is a file but not a .gguf one: give a Qwen2 GGUF file, a Qwen2 folder, "
+                         f"a preset ({', '.join(presets.preset_names())}) or a hub id")
     if path.is_dir() and gguf_file is None:
         check_qwen_folder(path)
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
@@ -86,6 +92,9 @@ def load_model_and_tokenizer(
         placement = {"device": device, "dtype": dtype}
     if model_dir is not None:
         model = load_causal_model(model_dir, **placement)
+        if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
+            raise ValueError(f"model folder {str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): "
+                             "use a folder written by convert or train (final/), or save the tokenizer there")
         return model.eval(), NumericTokenizer.from_pretrained(model_dir)
     return convert_base(base, gguf_file=gguf_file, **placement)
 
@@ -121,6 +130,9 @@ def check_weight_files(folder: Path) -> None:
     file, a damaged header)."""
     from safetensors import safe_open
 
+    if not weight_files(folder) and not (folder / "pytorch_model.bin").is_file():
+        raise ValueError(f"model folder {str(folder)!r} holds no weights (model.safetensors): write the model again "
+                         "(convert, or train's final/)")
     for file in weight_files(folder):
         try:
             with safe_open(str(file), framework="pt") as handle:

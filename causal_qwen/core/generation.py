@@ -86,7 +86,8 @@ class GenerationOptions:
         given = [name for name, value in sampling.items() if value is not None]
         if self.mode != "traditional" and (given or self.do_sample):
             names = ", ".join(given or ["do_sample"])
-            raise ValueError(f"{names} only apply to mode 'traditional' (mode {self.mode!r} decides by OvR argmax)")
+            verb = "applies" if len(given) <= 1 else "apply"
+            raise ValueError(f"{names} only {verb} to mode 'traditional' (mode {self.mode!r} decides by OvR argmax)")
         if self.temperature is not None and not (
             isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
         ):

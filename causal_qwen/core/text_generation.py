@@ -271,10 +271,14 @@ class _RowText:
         self.emitted = ""
         self.checked = 0  # length of the text already searched for stop strings
         self.stopped_text: str | None = None
+        self.after_number = False  # the prompt ends in a number: a number written first is set apart by a space
 
     def decode(self) -> str:
-        return self.tokenizer.decode(self.ids, numeric_values=self.values, numeric_strings=self.strings,
+        text = self.tokenizer.decode(self.ids, numeric_values=self.values, numeric_strings=self.strings,
                                      skip_special_tokens=False, separate_numbers=True)
+        if self.after_number and self.ids and self.ids[0] == self.tokenizer.num_token_id:
+            return " " + text  # else "1e-3" and a new 2.5 would read back as the one number "1e-32.5"
+        return text
 
     def push(self, token: int, value: float, track: bool, string: str = "") -> str:
         """Append one token; when tracking, return the newly visible text."""
@@ -397,6 +401,9 @@ class NumericTextStreamer(BaseStreamer):
         values = state.values[:, position].tolist()  # the numbers of the tokens just chosen (0 elsewhere)
         scales = state.scales[:, position].tolist()
         active = [not done for done in self._finished]
+        if self._steps == 0 and position >= 1:  # the prompt's last token, for a number written right after it
+            for row, previous in enumerate(input_ids[:, position - 1].tolist()):
+                self._rows[row].after_number = previous == state.num_token_id
         self._steps += 1
         for row in range(len(tokens)):
             if active[row]:

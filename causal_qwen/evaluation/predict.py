@@ -162,6 +162,10 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
     device = model.model.embed_tokens.weight.device
     encoded = tokenizer([text], return_tensors="pt")
     input_ids = encoded["input_ids"].to(device)  # (1,P)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and input_ids.shape[1] > limit:
+        raise ValueError(f"the text is {input_ids.shape[1]:,} tokens long; the model reads at most {limit:,} positions "
+                         "(config.max_position_embeddings): shorten it")
     values = encoded["numeric_values"].to(device) if "numeric_values" in encoded else None
     num_id = int(model.config.num_token_id)
 

@@ -17,18 +17,24 @@ numbers) are checked on every row; a row with a non-numeric value there raises `
 file and row, or is skipped with a warning when ``skip_bad_rows`` is set. A numeric cell is written into the
 text as the file spells it (``"12.80"`` stays ``"12.80"``), so the tokenizer reads the same float64 value and
 keeps the same string; a cell the number grammar reads as text (``"007"``, ``"2024-03-15"``, a 16-digit id)
-or as several numbers is logged once per field (docs/number_grammar.md).
+or as several numbers is logged once per field (docs/number_grammar.md). A numeric cell may also be written the
+way the number grammar reads it (``"29,900"``, ``"29.9%"``): see `parse_cell_number`.
+
+Files are read as UTF-8 text; a leading byte-order mark (Excel's "CSV UTF-8") is dropped, and a file that is
+not UTF-8 raises ``ValueError`` naming the file and line.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 import logging
 import math
 import random
 import string
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -151,12 +157,39 @@ def parse_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def parse_cell_number(value: Any) -> float | None:
+    """The finite float a numeric cell holds: `parse_number`'s, else the one number the tokenizer's number grammar
+    (`causal_qwen.core.numbers.find_numbers`, default mode) reads in the whole cell, with at most a ``+`` or a
+    currency sign before it and a ``%`` or ``.`` after it (``"29,900"`` → 29900.0, ``"29.9%"`` → 29.9,
+    ``"$1,234.50"`` → 1234.5); None when the cell is not exactly one number (``"5km"``, ``"1-2"``, ``"007"``)."""
+    number = parse_number(value)
+    if number is not None or not isinstance(value, str):
+        return number
+    return _grammar_number(value.strip())
+
+
+def _grammar_number(text: str) -> float | None:
+    """The value of the one number the number grammar reads in ``text`` (see `parse_cell_number`), or None."""
+    from ..core.numbers import find_numbers
+
+    spans = find_numbers(text)
+    if len(spans) != 1:
+        return None
+    span = spans[0]
+    before, after = text[: span.start], text[span.end :]
+    if before not in ("", "+") and not (len(before) == 1 and unicodedata.category(before) == "Sc"):
+        return None
+    if after not in ("", "%", "."):
+        return None
+    return span.value if math.isfinite(span.value) else None
+
+
 def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> list[str]:
-    """Template fields whose non-empty values are mostly (more than half) numbers."""
+    """Template fields whose non-empty values are mostly (more than half) numbers (`parse_cell_number`)."""
     numeric = []
     for field in fields:
         values = [row.get(field) for row in rows if row.get(field) not in (None, "")]
-        if values and sum(parse_number(v) is not None for v in values) * 2 > len(values):
+        if values and sum(parse_cell_number(v) is not None for v in values) * 2 > len(values):
             numeric.append(field)
     return numeric
 
@@ -185,7 +218,7 @@ class TemplateRenderer:
             if value is None or (isinstance(value, str) and not value.strip() and field in self.numeric_fields):
                 raise BadRow(f"{where}: template field '{field}' has no value")
             if field in self.numeric_fields:
-                number = parse_number(value)
+                number = parse_cell_number(value)
                 if number is None:
                     raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number")
                 # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
@@ -203,11 +236,9 @@ class TemplateRenderer:
 
 
 def _reads_as_number(spelled: str, number: float) -> bool:
-    """Whether the number grammar reads ``spelled`` whole as one number of value ``number`` (float64)."""
-    from ..core.numbers import find_numbers
-
-    spans = find_numbers(spelled)
-    return len(spans) == 1 and spans[0].text == spelled and spans[0].value == number
+    """Whether the number grammar reads ``spelled`` as one number of value ``number`` (float64), with at most a
+    sign or symbol around it that stays text (``"+5"`` and ``"5."`` read as 5.0; see `parse_cell_number`)."""
+    return _grammar_number(spelled) == number
 
 
 # ---- readers ---------------------------------------------------------------------------------------------
@@ -230,8 +261,19 @@ def read_documents(source: DataSource) -> list[Document]:
     return documents
 
 
+def read_utf8_text(path: Path) -> str:
+    """The text of ``path`` decoded as UTF-8, a leading byte-order mark dropped; ``ValueError`` naming the file
+    and line when it is not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = error.object[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}: line {line} is not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+                         "save the file as UTF-8 (e.g. Excel's \"CSV UTF-8\")") from None
+
+
 def _read_text(path: Path, unit: str) -> Iterator[Document]:
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_utf8_text(path).splitlines()
     if unit == "line":
         for number, line in enumerate(lines, start=1):
             if line.strip():
@@ -251,7 +293,7 @@ def _read_text(path: Path, unit: str) -> Iterator[Document]:
 
 def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
+    with io.StringIO(read_utf8_text(path), newline=None) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -274,7 +316,7 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
 
 def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.StringIO(read_utf8_text(path), newline="") as handle:
         reader = csv.DictReader(handle, delimiter=delimiter)
         if reader.fieldnames is None:
             return []
@@ -343,7 +385,7 @@ class TargetLocator:
         """``(ordinal, value)`` of the target's number in the row's text."""
         from ..core.numbers import find_numbers
 
-        value = parse_number(row.get(self.target))
+        value = parse_cell_number(row.get(self.target))
         if value is None:
             raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
         text = self.renderer.render(row, where) if self.renderer is not None else self.prefix
@@ -377,7 +419,7 @@ def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> T
 
 def _csv_columns(path: Path) -> list[str]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.StringIO(read_utf8_text(path), newline="") as handle:
         header = next(csv.reader(handle, delimiter=delimiter), None)
     if header is None:
         raise ValueError(f"{path}: the dataset is empty (no header row)")

@@ -8,6 +8,7 @@ naming the file and suggesting the nearest valid key.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import math
 import types
@@ -66,6 +67,7 @@ class TrainConfig:
     split_by: str | None = None
     """Column to split on: rows with a value >= ``split_at`` validate (e.g. dates: train early, validate late)."""
     split_at: Any = None
+    """Where ``split_by`` splits; an unquoted YAML date (``2024-02-20``) is kept as its ISO text."""
     max_length: int = 512
     add_eos: bool = True
     max_eval_samples: int | None = None
@@ -190,6 +192,8 @@ class TrainConfig:
         hints = typing.get_type_hints(TrainConfig)
         for item in dataclasses.fields(self):
             setattr(self, item.name, _coerce(source, item.name, getattr(self, item.name), hints[item.name]))
+        if isinstance(self.split_at, datetime.date):  # YAML reads an unquoted 2024-02-20 as a date
+            self.split_at = self.split_at.isoformat()
 
         def need(condition: bool, key: str, message: str) -> None:
             if not condition:

@@ -52,6 +52,7 @@ from .parameter_groups import (
     optimizer_groups,
 )
 from .run_folder import (
+    LOCK_FILE,
     OutputLock,
     RunPlan,
     check_output_dir,
@@ -391,6 +392,16 @@ def out_of_fold_order(config: TrainConfig, train_docs: list) -> list:
     return shuffled
 
 
+def saved_settings(config: TrainConfig) -> dict:
+    """The settings ``train_config.yaml`` holds: ``config.to_dict()`` with the data files' paths made absolute, so
+    that ``eval --model RUN/final`` finds them from any working folder."""
+    settings = config.to_dict()
+    for key in ("data", "validation_data"):
+        if settings.get(key) and Path(settings[key]).is_file():
+            settings[key] = str(Path(settings[key]).resolve())
+    return settings
+
+
 def target_ordinals(dataset: Dataset, docs: list) -> list[int] | None:
     """The index of each document's target among its numbers, one per row of ``dataset`` (tokenized from
     ``docs``); None (read every number) when a document has no target or the tokenizer made other rows than
@@ -612,16 +623,33 @@ def run_training(
     the folder is locked while the run lasts."""
     config.validate()  # fills what the config left to the recipe (idempotent)
     output_dir = check_output_dir(config.output_dir)
+    created = not output_dir.exists()
     lock = OutputLock(output_dir) if _is_main_process() else None
-    with lock if lock is not None else contextlib.nullcontext():
-        plan = plan_run(output_dir, config.max_steps, resume, config.overwrite_output_dir,
-                        final_name=FINAL_DIR, outputs=(FINAL_DIR, ADAPTER_DIR), started_marker=CONFIG_FILE)
-        if plan.message:
-            tell(plan.message, report)
-        if plan.finished and plan.final_from is None:
-            clear_for_run(plan, output_dir)  # a run killed after publishing final/ may leave an empty .staging/
-            return _finished_result(config, plan)
-        return _train(config, plan, callbacks, report)
+    try:
+        with lock if lock is not None else contextlib.nullcontext():
+            plan = plan_run(output_dir, config.max_steps, resume, config.overwrite_output_dir,
+                            final_name=FINAL_DIR, outputs=(FINAL_DIR, ADAPTER_DIR), started_marker=CONFIG_FILE)
+            if plan.message:
+                tell(plan.message, report)
+            if plan.finished and plan.final_from is None:
+                clear_for_run(plan, output_dir)  # a run killed after publishing final/ may leave an empty .staging/
+                return _finished_result(config, plan)
+            return _train(config, plan, callbacks, report)
+    except BaseException:
+        if created and lock is not None:
+            _remove_if_only_lock(output_dir)
+        raise
+
+
+def _remove_if_only_lock(folder: Path) -> None:
+    """Remove ``folder`` when this run created it and stopped before writing anything but its lock file (bad data
+    or settings): a failed first run leaves no empty run folder behind."""
+    try:
+        if {entry.name for entry in folder.iterdir()} <= {LOCK_FILE}:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            folder.rmdir()
+    except OSError:  # gone already, or another run started writing: leave it
+        pass
 
 
 def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
@@ -675,6 +703,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=NumericCollator(pad_token_id=pad_id),
+        processing_class=tokenizer,  # saved with every checkpoint-N, so each loads as a model folder
         callbacks=[MetricsJsonlCallback(metrics_file), *callbacks],
         train_config=config,
     )
@@ -686,7 +715,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     if trainer.is_world_process_zero():
         output_dir.mkdir(parents=True, exist_ok=True)
         clear_for_run(plan, output_dir)
-        write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(saved_settings(config), sort_keys=False))
     trainer.accelerator.wait_for_everyone()
     if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
         if trainer.is_world_process_zero():  # a kill between publishing it and rotating may have left one more

@@ -1,0 +1,112 @@
+"""Reading data files as users save them: a UTF-8 byte-order mark, non-UTF-8 bytes, numbers written with thousands
+separators, and an unquoted YAML date as ``split_at`` (`causal_qwen.training.data`, `train_config`)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import pytest
+
+from causal_qwen.training.data import DataSource, SplitSpec, describe_split, read_documents, split_documents
+from causal_qwen.training.train_config import load_train_config
+
+TEMPLATE = "On {day} the shop had {visitors} visitors and sold {sold} items."
+
+
+def shop_csv(rows: int = 40, sold: dict[int, str] | None = None) -> str:
+    """A small shop table; ``sold`` replaces the sold cell of some rows (0-based) with a spelling of its own."""
+    lines = ["day,visitors,sold"]
+    for i in range(rows):
+        day = datetime.date(2024, 1, 1) + datetime.timedelta(days=i)
+        lines.append(f"{day},{90 + i},{(sold or {}).get(i, f'{20 + i * 0.3:.1f}')}")
+    return "\n".join(lines) + "\n"
+
+
+def shop_source(path, **kwargs) -> DataSource:
+    return DataSource(path=str(path), template=TEMPLATE, target="sold", split_by="day", **kwargs)
+
+
+def test_csv_with_utf8_byte_order_mark_reads_its_first_column(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(), encoding="utf-8-sig")  # Excel's "CSV UTF-8"
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    docs = read_documents(shop_source(path))
+    assert len(docs) == 40
+    assert docs[0].text == "On 2024-01-01 the shop had 90 visitors and sold 20.0 items."
+    assert docs[0].split_value == "2024-01-01"
+
+
+def test_jsonl_with_utf8_byte_order_mark_reads_its_first_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "It costs 9.5 dollars."}\n{"text": "Two"}\n', encoding="utf-8-sig")
+    assert [d.text for d in read_documents(DataSource(path=str(path)))] == ["It costs 9.5 dollars.", "Two"]
+
+
+def test_non_utf8_csv_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.csv"
+    text = shop_csv(5).replace("2024-01-03,92,", "2024-01-03,92,grün ", 1)
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ValueError) as info:
+        read_documents(shop_source(path))
+    message = str(info.value)
+    assert str(path) in message and "line 4" in message
+    assert "not UTF-8" in message and "save the file as UTF-8" in message
+
+
+def test_target_with_thousands_separator_reads_as_the_grammars_number(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={4: '"29,900"', 5: '"29.9%"', 6: '"1,234.50"'}), encoding="utf-8")
+    docs = read_documents(shop_source(path))
+    assert docs[4].text == "On 2024-01-05 the shop had 94 visitors and sold 29,900 items."
+    assert [docs[i].target_value for i in (3, 4, 5, 6)] == [20.9, 29900.0, 29.9, 1234.5]
+    assert docs[4].target_ordinal == docs[3].target_ordinal == 1
+
+
+@pytest.mark.parametrize("cell", ['"1,2"', "5km", "007x", "inf", "nan", '"12 345"'])
+def test_target_that_is_not_exactly_one_number_is_rejected(tmp_path, cell):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={2: cell}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 3 \(line 4\).*'sold'.*not a number"):
+        read_documents(shop_source(path))
+
+
+@pytest.mark.parametrize("cell", ["+5", "5.", "29,900"])
+def test_cells_the_grammar_reads_as_their_number_give_no_warning(tmp_path, caplog, cell):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={0: f'"{cell}"'}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(shop_source(path))
+    assert docs[0].target_value == float(cell.replace(",", ""))
+    assert "does not read as the one number" not in caplog.text
+
+
+def test_cell_the_grammar_reads_as_text_still_warns(tmp_path, caplog):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={0: "007"}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(shop_source(path))
+    assert docs[0].target_value == 7.0
+    assert "does not read as the one number" in caplog.text
+
+
+def test_unquoted_yaml_date_split_at_is_iso_text(tmp_path):
+    data = tmp_path / "shop.csv"
+    data.write_text(shop_csv(), encoding="utf-8")
+    config_path = tmp_path / "train.yaml"
+    config_path.write_text(
+        f"data: {data}\ntemplate: \"{TEMPLATE}\"\ntarget: sold\nsplit_by: day\nsplit_at: 2024-02-01\n", encoding="utf-8"
+    )
+    config = load_train_config(config_path)
+    assert config.split_at == "2024-02-01"
+    spec = SplitSpec(split_by=config.split_by, split_at=config.split_at)
+    assert describe_split(spec) == "split by day at '2024-02-01'"
+    train, validation = split_documents(read_documents(shop_source(data)), spec)
+    assert (len(train), len(validation)) == (31, 9)
+    assert validation[0].split_value == "2024-02-01"
+
+    timed = load_train_config(config_path, ["split_at=2024-02-01 12:30:00"])
+    assert timed.split_at == "2024-02-01T12:30:00"
+    train, validation = split_documents(read_documents(shop_source(data)), SplitSpec(split_by="day",
+                                                                                     split_at=timed.split_at))
+    assert (len(train), len(validation)) == (32, 8)
