@@ -664,3 +664,8 @@ def test_generate_checks_where_the_individual_goes_before_generating(assets, tmp
     line = cli_error(capsys, "generate", "--model", str(assets / "converted"), "--mode", "causal",
                      "--individual-scope", "sequence", "--seed", "1", "--save-individual", str(occupied / "me.json"), "day 3")
     assert "is not a writable folder" in line
+
+
+def test_a_model_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
+    missing = tmp_path / "no_such_model"
+    assert f"model folder '{missing}' does not exist" in cli_error(capsys, "predict", "--model", str(missing), "day 3")

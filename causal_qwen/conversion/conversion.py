@@ -112,6 +112,8 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     """The ``model_type`` written in ``path/config.json``; ``ValueError`` when the file is missing (the message
     ``"{folder} 'PATH' {missing}"``) or not JSON."""
     config_file = path / "config.json"
+    if not path.exists():
+        raise ValueError(f"{folder} {str(path)!r} does not exist")
     if not config_file.is_file():
         raise ValueError(f"{folder} {str(path)!r} {missing}")
     try:
