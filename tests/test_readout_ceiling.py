@@ -109,11 +109,11 @@ def test_recent_rows_weighted_follow_a_level_shift_and_the_longer_slice_sees_it(
     level = torch.cat([torch.zeros(60), torch.full((60,), 10.0)]).double()
     split = {"kept": numbers(features[:80], level[:80]), "slice": numbers(features[80:90], level[80:90]),
              "held": numbers(features[90:], level[90:])}
-    figures = ceiling_bench.variants(split, time_split=True)
+    figures = ceiling_bench.variants(split, time_split=True, auto_mdae=ceiling_bench.ceiling(split)["auto_mdae"])
     plain = ceiling_bench.target_mdae(split["held"], *ceiling_bench.weighted_ridge_fit(
         features[:90], level[:90], 1.0, torch.ones(90, dtype=torch.float64)))
     assert plain == pytest.approx(10 * 2 / 3, abs=1e-6)  # the mean of the training period
     assert figures["recency"]["best_mdae"] < 0.5
     assert figures["horizon_slice"]["share"] == pytest.approx(1 / 3)
     assert figures["cauchy"]["best_mdae"] == pytest.approx(10.0, abs=0.01)  # robust: the majority level, 0
-    assert ceiling_bench.variants(split, time_split=False)["recency"] is None
+    assert ceiling_bench.variants(split, time_split=False, auto_mdae=1.0)["recency"] is None

@@ -131,11 +131,12 @@ def data_spec(args: argparse.Namespace):
     if data is None:
         raise ValueError("--data is required (or --config TRAIN.yaml / a --model folder with its train_config.yaml)")
     from_config = config is not None and _same_file(data, (config.data, config.validation_data))
-    if args.split_at is not None and args.split_by is None:
+    split_by = args.split_by
+    if args.split_at is not None and split_by is None:
         if not (from_config and config.split_by):
             raise ValueError("--split-at needs --split-by (the column to split by)")
-        args.split_by = config.split_by  # the config's column, cut where the command line says
-    split = _config_split(config, data) if from_config and args.split_by is None else {}
+        split_by = config.split_by  # the config's column, cut where the command line says
+    split = _config_split(config, data) if from_config and split_by is None else {}
 
     def pick(given, key: str, default):
         if given is not None:
@@ -146,7 +147,7 @@ def data_spec(args: argparse.Namespace):
         path=data, template=pick(args.template, "template", None), text_field=pick(args.text_field, "text_field", "text"),
         text_unit=pick(args.text_unit, "text_unit", "line"), max_length=pick(args.max_length, "max_length", 512),
         numeric_fields=tuple(config.numeric_fields) if config is not None and config.numeric_fields else None,
-        target=pick(args.target, "target", None), **{"split_by": args.split_by, "split_at": args.split_at, **split},
+        target=pick(args.target, "target", None), **{"split_by": split_by, "split_at": args.split_at, **split},
     )
     if path is not None:  # on stdout, unless the metrics go there as JSON
         print(f"settings from {path}: {_describe_spec(spec, split)}",

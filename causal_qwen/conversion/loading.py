@@ -25,6 +25,11 @@ from .hub import check_hub_id, looks_like_hub_id
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # a fast tokenizer's file, or a slow one's vocabulary
 
 
+def holds_tokenizer(folder: Path) -> bool:
+    """Whether ``folder`` holds a saved tokenizer (one of `TOKENIZER_FILES`)."""
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_tokenizer_for_base(base, gguf_file: str | None = None):
     """The `NumericTokenizer` of a base: the offline Qwen2.5 tokenizer for presets and model objects,
     else the tokenizer stored with the base."""
@@ -43,7 +48,7 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
                          f"a preset ({', '.join(presets.preset_names())}) or a hub id")
     if path.is_dir() and gguf_file is None:
         check_qwen_folder(path)
-        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        if not holds_tokenizer(path):
             raise ValueError(f"Qwen folder {str(path)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the "
                              "base's tokenizer there (tokenizer.save_pretrained) before converting it")
     if not path.exists():
@@ -92,7 +97,7 @@ def load_model_and_tokenizer(
         placement = {"device": device, "dtype": dtype}
     if model_dir is not None:
         model = load_causal_model(model_dir, **placement)
-        if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
+        if not holds_tokenizer(Path(model_dir)):
             raise ValueError(f"model folder {str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): "
                              "use a folder written by convert or train (final/), or save the tokenizer there")
         return model.eval(), NumericTokenizer.from_pretrained(model_dir)
