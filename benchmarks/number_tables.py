@@ -4,7 +4,8 @@
                                  [--set [TABLE:]KEY=VALUE ...] [--unseen [NAME,...]]
                                  [--real-base PATH.gguf [--real-set KEY=VALUE ...]] [--workdir DIR]
 
-``--unseen``: the six tables of ``benchmarks/unseen_tables.py`` that no setting was chosen on, CausalQwen trained
+``--unseen``: the six tables of ``benchmarks/unseen_tables.py`` that no setting was chosen on (``--unseen second``:
+its five further tables, written after the six had shaped the recipe; or tables by name), CausalQwen trained
 with the library's default recipe alone (a config of data, template, target and split), against the baselines
 below plus the per-group median and the last value seen (per group) where the table has a category or is split
 in time; with ``--real-base`` the real weights train on each of them (``causal_qwen_real``). ``--json`` then holds
@@ -423,6 +424,18 @@ def _unseen_tables():
     return sys.modules[name]
 
 
+def unseen_selection(text: str) -> list[str]:
+    """The tables ``--unseen TEXT`` names: ``all`` (issue 31's six), ``second`` (the second set) or a comma list."""
+    unseen_tables = _unseen_tables()
+    sets = {"all": list(unseen_tables.UNSEEN_TABLES), "second": list(unseen_tables.SECOND_SET)}
+    names = sets.get(text) or [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in unseen_tables.ALL_TABLES]
+    if unknown or not names:
+        raise ValueError(f"unknown tables in {text!r} (unseen tables: {', '.join(unseen_tables.ALL_TABLES)}, "
+                         "or 'all', or 'second')")
+    return names
+
+
 def convert_real(base: str, workdir: Path, progress) -> Path:
     """The real base converted once (every real-weight table starts from the same weights)."""
     from causal_qwen.conversion.loading import convert_base
@@ -441,11 +454,11 @@ def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick
     CausalQwen with the library's default recipe (the real weights on `REAL_WEIGHT_TABLES`, with
     ``real_settings`` over their recipe: ``--real-set``)."""
     unseen_tables = _unseen_tables()
-    REAL_WEIGHT_TABLES, UNSEEN_TABLES = unseen_tables.REAL_WEIGHT_TABLES, unseen_tables.UNSEEN_TABLES
+    REAL_WEIGHT_TABLES, ALL_TABLES = unseen_tables.REAL_WEIGHT_TABLES, unseen_tables.ALL_TABLES
     real_converted = convert_real(real_base, workdir, progress) if real_base is not None else None
     tables = {}
     for name in names:
-        table = UNSEEN_TABLES[name]()
+        table = ALL_TABLES[name]()
         if quick:
             table.rows = table.train_rows()[-64:] + table.held_out_rows()[:32]
         settings = dict(QUICK_TRAINING) if quick else {}
@@ -754,8 +767,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the tables' training settings: the per-table tuned ones (TRAINING + TABLE_TRAINING), or "
                              "the library's default recipe (a config of data, template, target and split only)")
     parser.add_argument("--unseen", nargs="?", const="all", default=None, metavar="NAME,...",
-                        help="run the unseen tables (benchmarks/unseen_tables.py; all, or those named) with the default "
-                             "recipe; with --real-base the real weights train on each of them")
+                        help="run unseen tables (benchmarks/unseen_tables.py) with the default recipe: 'all' (the "
+                             "default: issue 31's six), 'second' (five more, never used to choose a setting), or "
+                             "names; with --real-base the real weights train on each of them")
     parser.add_argument("--set", action="append", default=[], metavar="[TABLE:]KEY=VALUE",
                         help="change a training setting (all tables, or TABLE's only)")
     parser.add_argument("--real-base", default=None, metavar="PATH",
@@ -774,10 +788,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown tables {unknown} (tables: {', '.join(TABLE_NAMES)})")
     unseen_names = []
     if args.unseen is not None:
-        known = list(_unseen_tables().UNSEEN_TABLES)
-        unseen_names = known if args.unseen == "all" else [n.strip() for n in args.unseen.split(",") if n.strip()]
-        if [name for name in unseen_names if name not in known] or not unseen_names:
-            parser.error(f"--unseen: unknown tables in {args.unseen!r} (unseen tables: {', '.join(known)})")
+        try:
+            unseen_names = unseen_selection(args.unseen)
+        except ValueError as error:
+            parser.error(f"--unseen: {error}")
     if args.recipe == "default" and args.set:
         parser.error("--set changes the tuned settings; --recipe default uses the library's recipe alone")
     try:

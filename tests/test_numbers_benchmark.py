@@ -256,3 +256,32 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     assert riots["causal_qwen_real"]["steps"] == 1 and riots["causal_qwen_real"]["recipe"] == "random"
     assert riots["causal_qwen"]["steps"] == bench.QUICK_TRAINING["max_steps"]
     assert math.isfinite(riots["causal_qwen_real"]["mdae"])
+
+
+def test_every_unseen_table_builds_with_its_target_last(bench):
+    """Each unseen table (issue 31's six and the second set) has training and held-out rows, a time split whose
+    held-out rows all come after its training rows, and a sentence whose last number is the target."""
+    unseen_tables = bench._unseen_tables()
+    assert set(unseen_tables.ALL_TABLES) == set(unseen_tables.UNSEEN_TABLES) | set(unseen_tables.SECOND_SET)
+    assert len(unseen_tables.SECOND_SET) == 5 and not set(unseen_tables.SECOND_SET) & set(unseen_tables.UNSEEN_TABLES)
+    for name, build in unseen_tables.ALL_TABLES.items():
+        table = build()
+        train, held = table.train_rows(), table.held_out_rows()
+        assert train and held, name
+        if table.time is not None:
+            assert max(row[table.time] for row in train) < min(row[table.time] for row in held), name
+        row = train[0]
+        sentence = table.template.format(**row)
+        assert find_numbers(sentence)[-1].value == float(row[table.target]), name
+
+
+def test_unseen_selection_names_the_sets(bench, capsys):
+    """`--unseen` selects issue 31's six, `--unseen second` the second set, or tables by name; an unknown name
+    fails before any work."""
+    assert bench.unseen_selection("all") == ["stocks", "seattle-temps", "iowa-electricity", "us-employment",
+                                             "airports", "la-riots"]
+    assert bench.unseen_selection("second") == ["iris", "sf-temps", "wheat", "driving", "ohlc"]
+    assert bench.unseen_selection("wheat, stocks") == ["wheat", "stocks"]
+    with pytest.raises(SystemExit):
+        bench.main(["--unseen", "iris,no-such-table"])
+    assert "no-such-table" in capsys.readouterr().err
