@@ -167,3 +167,23 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     torch.testing.assert_close(head.bias.double().reshape(()), bias, rtol=1e-5, atol=1e-4)
     unrefitted = CausalQwenForCausalLM.from_pretrained(off.final_dir).action.regression_head
     assert not torch.allclose(unrefitted.bias, head.bias)
+
+
+def test_a_document_that_opens_with_a_number_counts_it():
+    """``1992: <NUM> ... <NUM>``: no position predicts the opening number, but it is the document's number 0, so
+    target ordinal 2 is the third number (as `Document.target_ordinal` counts), in the slice and the warm start."""
+    from causal_qwen.core.losses import next_number_ordinals
+    from causal_qwen.training.warm_start import _target_marks
+
+    N = SMALL_NUM_ID
+    labels = torch.tensor([[N, 5, N, 6, N], [5, N, 6, N, -100]])
+    predicts, ordinal = next_number_ordinals(labels, N)
+    assert predicts.tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert ordinal[predicts].tolist() == [1, 2, 0, 1]
+    assert _target_marks(labels, N, [2, 1], 0).nonzero().tolist() == [[0, 3], [1, 2]]
+
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1.0)
+    opening = TokenizedDataset([{"input_ids": [N, 5, N, 6, N], "numeric_values": [1992.0 + d, 0.0, 10.0 + d, 0.0, 2.0 + d]}
+                                for d in range(3)])
+    values, _, _ = slice_predictions(model, opening, NumericCollator(pad_token_id=0), 2, [2, 2, 2])
+    assert values.tolist() == [2.0, 3.0, 4.0]  # the third number of each document, not none

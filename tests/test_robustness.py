@@ -669,3 +669,20 @@ def test_generate_checks_where_the_individual_goes_before_generating(assets, tmp
 def test_a_model_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
     missing = tmp_path / "no_such_model"
     assert f"model folder '{missing}' does not exist" in cli_error(capsys, "predict", "--model", str(missing), "day 3")
+
+
+def test_eval_scores_the_target_of_a_template_that_opens_with_a_number(assets, tmp_path, capsys):
+    """``{day}: ... {value}``: the opening number has no prediction but is the document's number 0, so the
+    target (number 1) is scored on every document, as it is when a word comes first."""
+    from causal_qwen.cli import main as cli_main
+
+    scores = {}
+    for name, template in {"opens": "{day}: the value was {value}.", "word first": "Day {day}: the value was {value}."}.items():
+        report = tmp_path / f"{name}.json"
+        assert cli_main(["eval", "--model", str(assets / "converted"), "--data", str(assets / "data.csv"),
+                         "--template", template, "--target", "value", "--metrics", "numbers",
+                         "--json", str(report)]) == 0
+        scores[name] = json.loads(report.read_text())
+    capsys.readouterr()
+    assert scores["opens"]["num_count"] == scores["word first"]["num_count"] == 48
+    assert scores["opens"]["number_target"] == "value"

@@ -52,6 +52,16 @@ def shift_targets(labels: Tensor, numeric_values: Tensor, attention_mask: Tensor
     )
 
 
+def next_number_ordinals(labels: Tensor, num_id: int) -> tuple[Tensor, Tensor]:
+    """``(predicts_number, ordinal)``, (B,S-1) each: whether position i predicts a ``<NUM>`` (``labels[i+1]``), and
+    that number's index among its row's numbers. The count starts at the row's first token, so a row that opens
+    with a number (which no position predicts) numbers the next one 1, as the document's own numbering
+    (`causal_qwen.training.data.Document.target_ordinal`) does."""
+    is_number = labels == num_id  # (B,S)
+    ordinal = is_number.long().cumsum(dim=1)[:, 1:] - 1  # (B,S-1)
+    return is_number[:, 1:], ordinal
+
+
 def ovr_bce_per_position(loc_S: Tensor, scale_S: Tensor, threshold: Tensor, target_ids: Tensor) -> Tensor:
     """``Σ_k −[y_k log P_k + (1−y_k) log(1−P_k)]`` per position, from the stable log forms.
 

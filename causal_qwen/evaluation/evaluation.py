@@ -453,12 +453,11 @@ def _evaluate_batch(
         totals = TokenTotals(count=int(targets.positions.numel()))
 
     num_id = model.config.num_token_id
-    grid_targets = labels[:, 1:]  # (B,S-1)
     valid = torch.zeros(batch_size * (length - 1), dtype=torch.bool, device=input_ids.device)
     valid[targets.positions] = True
-    is_number = valid.view(batch_size, length - 1) & (grid_targets == num_id)  # (B,S-1)
-    ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1)
-    count = is_number.long().sum(dim=1, keepdim=True)  # (B,1)
+    predicts_number, ordinal = losses.next_number_ordinals(labels, num_id)  # (B,S-1) each
+    is_number = valid.view(batch_size, length - 1) & predicts_number  # (B,S-1)
+    count = (labels == num_id).long().sum(dim=1, keepdim=True)  # (B,1) a first-token number counts too
     from_end = count - 1 - ordinal  # (B,S-1)
     rows, cols = is_number.nonzero(as_tuple=True)  # (M,), (M,)
     numbers = NumberPredictions(

@@ -33,6 +33,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..core.cauchy import interval_half_width, log_prob, scale_mle
+from ..core.losses import next_number_ordinals
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +93,8 @@ def slice_predictions(model, dataset, collator, batch_size: int,
             batch = {key: value.to(device) for key, value in batch.items()}
             out = model(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"],
                         attention_mask=batch["attention_mask"], use_cache=False, return_scores=False)
-            is_number = batch["labels"][:, 1:] == num_id  # (B,S-1) the next token is <NUM>
-            ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1) index of that number in its document
+            # (B,S-1) each: the next token is <NUM>, and that number's index in its document
+            is_number, ordinal = next_number_ordinals(batch["labels"], num_id)
             value = batch["numeric_values"][:, 1:].double()  # (B,S-1)
             loc, scale = out.loc_Y[:, :-1].double(), out.scale_Y[:, :-1].double()  # (B,S-1) each
             keep = is_number

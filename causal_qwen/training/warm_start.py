@@ -61,7 +61,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.cauchy import inverse_softplus
-from ..core.losses import shift_targets
+from ..core.losses import next_number_ordinals, shift_targets
 
 logger = logging.getLogger(__name__)
 
@@ -203,10 +203,9 @@ def read_positions(
 def _target_marks(labels: Tensor, num_id: int, target_ordinals: list[int] | None, first_row: int) -> Tensor:
     """(B,S-1) bool: the next token is the ``<NUM>`` of its row's target (row ``first_row + b`` of
     ``target_ordinals``), or is any ``<NUM>`` when ``target_ordinals`` is None."""
-    is_number = labels[:, 1:] == num_id  # (B,S-1)
+    is_number, ordinal = next_number_ordinals(labels, num_id)  # (B,S-1) each: ordinal counts from the row's start
     if target_ordinals is None:
         return is_number
-    ordinal = is_number.long().cumsum(dim=1) - 1  # (B,S-1) index of that number in its row
     wanted = torch.tensor(target_ordinals[first_row : first_row + len(labels)], device=labels.device)  # (B,)
     return is_number & (ordinal == wanted[:, None])
 
