@@ -227,3 +227,35 @@ def test_out_of_fold_blocks_are_periods_for_a_time_split_and_random_fifths_other
     shuffled = out_of_fold_order(fold_config, folds)
     assert sorted(doc.row for doc in shuffled) == list(range(40)) and [d.row for d in shuffled] != list(range(40))
     assert [d.row for d in out_of_fold_order(fold_config, folds)] == [d.row for d in shuffled]  # seeded
+
+
+def test_the_fit_reads_the_targets_when_every_document_names_one():
+    """Documents ``w <NUM>=miles w <NUM>=gas``: miles in the thousands, gas a few units, the gas the target. A
+    squared error over every number is ruled by the miles, so a fit to both misses the gas by far more than its
+    spread; fitted to the targets, the read-out predicts the gas within its spread, and the report says so."""
+    from causal_qwen.training.collator import NumericCollator, TokenizedDataset
+
+    from .conftest import SMALL_NUM_ID, small_qwen
+
+    generator = torch.Generator().manual_seed(3)
+    miles = (6000 + 1500 * torch.randn(40, generator=generator, dtype=torch.float64)).tolist()
+    gas = (2 + 0.3 * torch.randn(40, generator=generator, dtype=torch.float64)).tolist()
+    documents = TokenizedDataset([{"input_ids": [5, SMALL_NUM_ID, 7, SMALL_NUM_ID], "numeric_values": [0.0, m, 0.0, g]}
+                                  for m, g in zip(miles, gas)])
+    collator = NumericCollator(pad_token_id=0)
+
+    def gas_error(target_ordinals):
+        model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none")
+        report = warm_start_regression(model, documents, collator, batch_size=8, ridge=1.0,
+                                       target_ordinals=target_ordinals)
+        batch = collator([documents[i] for i in range(len(documents))])
+        with torch.no_grad():
+            loc = model(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"],
+                        attention_mask=batch["attention_mask"]).loc_Y[:, 2].double()  # (D,) predicts the gas
+        return report, float((loc - torch.tensor(gas, dtype=torch.float64)).abs().median())
+
+    every, every_error = gas_error(None)
+    targets, target_error = gas_error([1] * len(documents))
+    assert every.numbers == every.scored == 80 and targets.numbers == 80 and targets.scored == 40
+    assert every_error > 100 * 0.3  # the miles' scale
+    assert target_error < 0.3  # within the gas's own spread (its median absolute deviation is 0.2)

@@ -22,10 +22,11 @@ column such as a date, so that a block is a period of time, and in a seeded rand
 `training.out_of_fold_order`). In-sample residuals
 are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
 period will.
-When every document names a target (the config's ``target``, and at least ``2·FOLDS`` of them), the fit still
-reads every number, but ``e(λ)`` and ``γ_Y`` read only the targets' residuals, the numbers the user scores: in
-``{symbol} on {date}: {price} dollars.`` the date's day and year, which outnumber the prices two to one, would
-otherwise choose the price's ridge and set its spread.
+When every document names a target (the config's ``target``, and at least ``2·FOLDS`` of them), the fit,
+``e(λ)`` and ``γ_Y`` read only the targets, the numbers the user scores: a squared error over every number is
+ruled by the largest ones, so in ``{year}: {miles} miles driven per person, gas at {gas} dollars a gallon.`` a
+fit to every number put the gas price 11 dollars off, in sample, on real weights (docs/design.md, "Which numbers
+choose"). Training then reads every number, as the language model it is.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
 its learning rate per step, needs many steps to find this read-out (docs/design.md, "Fine-tuning a calibrated
 model"); fine-tuning then starts from it.
@@ -75,9 +76,9 @@ LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of position
 
 @dataclass
 class WarmStartReport:
-    """numbers: the numbers read (every ``<NUM>`` the training text predicts); scored: those the ridge choice and
-    the residuals below read (the documents' named targets when there are at least ``2·FOLDS`` of them, else every
-    number); ridge: ``λ``; train_mdae:
+    """numbers: the numbers read (every ``<NUM>`` the training text predicts); scored: those the fit, the ridge
+    choice and the residuals below read (the documents' named targets when there are at least ``2·FOLDS`` of them,
+    else every number); ridge: ``λ``; train_mdae:
     median |in-sample residual| on the scored numbers; out_of_fold_mdae: median |out-of-fold residual| there
     (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
     ``λ`` tried (`choose_ridge`; None otherwise)."""
@@ -368,7 +369,7 @@ def warm_start(
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
         if progress is not None:
             chosen = " (auto: by the out-of-fold error)" if regression.out_of_fold_by_ridge else ""
-            scored = f" ({regression.scored} targets scored)" if regression.scored < regression.numbers else ""
+            scored = f" (fitted to its {regression.scored} targets)" if regression.scored < regression.numbers else ""
             progress(f"regression warm start: {regression.numbers} numbers{scored}, ridge {regression.ridge:g}{chosen}, "
                      f"median absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} "
                      f"out of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
@@ -407,13 +408,14 @@ def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: 
     (M,C) and values (M,); ``is_target`` (M,) marks the numbers the choice and the residuals read."""
     started = time.perf_counter()
     scored = _scored_numbers(is_target)  # (M,)
+    features, values = features[scored], values[scored]  # (K,C), (K,) the numbers the user scores
     by_ridge = None
     if ridge == "auto":
-        ridge, by_ridge = choose_ridge(features, values, scored=scored)
+        ridge, by_ridge = choose_ridge(features, values)
     weight, bias = ridge_fit(features, values, ridge)
-    in_sample = float((features @ weight + bias - values)[scored].abs().median())
-    spread = float(out_of_fold_residuals(features, values, ridge)[scored].abs().median())
-    report = WarmStartReport(numbers=len(values), scored=int(scored.sum()), ridge=ridge, train_mdae=in_sample,
+    in_sample = float((features @ weight + bias - values).abs().median())
+    spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
+    report = WarmStartReport(numbers=len(scored), scored=len(values), ridge=ridge, train_mdae=in_sample,
                              out_of_fold_mdae=spread, seconds=read_seconds + time.perf_counter() - started,
                              out_of_fold_by_ridge=by_ridge)
     return weight, bias, report
@@ -459,8 +461,8 @@ def refit_regression(
     if ridge == "auto":
         if len(trained.number_values) == 0:
             return None
-        ridge, by_ridge = choose_ridge(trained.number_features, trained.number_values,
-                                       scored=_scored_numbers(trained.number_is_target))
+        scored = _scored_numbers(trained.number_is_target)  # (M,) the numbers the fit reads
+        ridge, by_ridge = choose_ridge(trained.number_features[scored], trained.number_values[scored])
     values = torch.cat([trained.number_values, kept.number_values])  # (M,) the numbers of both
     if len(values) == 0:
         return None
