@@ -187,3 +187,36 @@ def test_a_document_that_opens_with_a_number_counts_it():
                                 for d in range(3)])
     values, _, _ = slice_predictions(model, opening, NumericCollator(pad_token_id=0), 2, [2, 2, 2])
     assert values.tolist() == [2.0, 3.0, 4.0]  # the third number of each document, not none
+
+
+def test_a_later_slice_only_widens():
+    """``widen_only`` (a slice of the latest rows): intervals the slice finds too wide are kept, as a later period
+    may need them, and it says so; intervals it finds too narrow are still widened."""
+    generator = torch.Generator().manual_seed(4)
+    collator = NumericCollator(pad_token_id=0)
+    wide = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e3)
+    kept = check_intervals(wide, numbers_dataset(cauchy_values(100, 1.0, generator)), collator, 32, widen_only=True)
+    assert kept is not None and kept.factor < 0.1 and kept.likelihood_ratio > 3.84 and not kept.rescaled
+    assert wide.config.number_scale_factor == 1.0 and "a later period is not narrowed for" in kept.line()
+    narrow = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e-3)
+    widened = check_intervals(narrow, numbers_dataset(cauchy_values(100, 1e4, generator)), collator, 32, widen_only=True)
+    assert widened is not None and widened.rescaled and widened.factor > 10
+
+
+def test_the_slice_is_later_for_a_split_in_time_only():
+    from causal_qwen.training.data import Document
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import keep_check_slice, slice_is_later
+
+    def documents(values):
+        return [Document(text=f"day {i}: <NUM>", source="t.csv", row=i, split_value=v) for i, v in enumerate(values)]
+
+    by_day = TrainConfig(model="random:tiny", data="t.csv", split_by="day", split_at="2020-03-01", interval_check=0.3)
+    dated = documents([f"2020-01-{d:02d}" for d in range(1, 31)])
+    kept, check = keep_check_slice(by_day, dated)
+    assert check and slice_is_later(by_day, kept, check)
+    one_fold = documents(["0"] * 30)  # a fold column: every training row shares its value, a seeded pick
+    kept, check = keep_check_slice(by_day, one_fold)
+    assert check and not slice_is_later(by_day, kept, check)
+    random_split = TrainConfig(model="random:tiny", data="t.csv", validation_split=0.1, interval_check=0.3)
+    assert not slice_is_later(random_split, *keep_check_slice(random_split, dated))

@@ -435,14 +435,27 @@ def run_location_check(model, config: TrainConfig, tokenizer: Any, train_docs: l
     return checked
 
 
-def run_interval_check(model, config: TrainConfig, tokenizer: Any, check_docs: list, pad_id: int,
+def slice_is_later(config: TrainConfig, train_docs: list, check_docs: list) -> bool:
+    """Whether every document of the slice comes after every document trained on in the ``split_by`` column (a
+    split in time; not the seeded pick `keep_check_slice` falls back to when the column holds one value)."""
+    if config.split_by is None or not train_docs or not check_docs:
+        return False
+    documents = train_docs + check_docs
+    key = data_module.split_key([doc.split_value for doc in documents], None, config.split_by,
+                                where=[f"{doc.source}: row {doc.row}" for doc in documents])
+    return min(key(doc.split_value) for doc in check_docs) > max(key(doc.split_value) for doc in train_docs)
+
+
+def run_interval_check(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list, pad_id: int,
                        report: Report | None = None) -> IntervalCheckReport | None:
-    """`check_intervals` on the documents `keep_check_slice` kept out (None when there are none)."""
+    """`check_intervals` on the documents `keep_check_slice` kept out (None when there are none); it only widens
+    when they come after ``train_docs`` in time (`slice_is_later`)."""
     if not check_docs:
         return None
     dataset, ordinals = check_slice_dataset(config, tokenizer, check_docs)
     checked = check_intervals(model, dataset, NumericCollator(pad_token_id=pad_id),
-                              config.eval_batch_size or config.batch_size, ordinals)
+                              config.eval_batch_size or config.batch_size, ordinals,
+                              widen_only=slice_is_later(config, train_docs, check_docs))
     if checked is not None and report is not None:
         report(checked.line())
     return checked
@@ -728,7 +741,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         train_loss, trained_now = float(result.training_loss), True
     tells = report if _is_main_process() else None
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
-    checked = run_interval_check(model, config, tokenizer, check_docs, pad_id, tells)
+    checked = run_interval_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)
     refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
                                  tells)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
