@@ -95,14 +95,19 @@ def stocks() -> UnseenTable:
                        group="symbol", baseline_columns={"date": "year"})
 
 
-def seattle_temps() -> UnseenTable:
+def _every_sixth_hour(name: str, date_format: str) -> list[dict]:
+    """An hourly table's rows at 0, 6, 12 and 18 h, with the moment as ``time`` (ISO), ``day`` and ``when``."""
     rows = []
-    for row in _csv("seattle-temps.csv"):
-        moment = datetime.strptime(row["date"], "%Y/%m/%d %H:%M")
-        if moment.hour % 6:
-            continue
-        rows.append({**row, "time": moment.strftime("%Y-%m-%d %H:%M"), "day": moment.strftime("%Y/%m/%d"),
-                     "hour": str(moment.hour)})
+    for row in _csv(name):
+        moment = datetime.strptime(row["date"], date_format)
+        if moment.hour % 6 == 0:
+            rows.append({**row, "time": moment.strftime("%Y-%m-%d %H:%M"), "day": moment.strftime("%Y/%m/%d"),
+                         "hour": str(moment.hour), "when": moment.strftime("%Y/%m/%d %H:%M")})
+    return rows
+
+
+def seattle_temps() -> UnseenTable:
+    rows = _every_sixth_hour("seattle-temps.csv", "%Y/%m/%d %H:%M")
     return UnseenTable("seattle-temps", _time_split(rows, "time", "2010-11-01"), "At {date} it was {temp} F.",
                        "temp", "every 6th hour of 2010; train Jan-Oct, held out Nov-Dec", time="time",
                        split_at="2010-11-01", baseline_columns={"date": "day"})
@@ -158,13 +163,7 @@ def iris() -> UnseenTable:
 
 
 def sf_temps() -> UnseenTable:
-    rows = []
-    for row in _csv("sf-temps.csv"):
-        moment = datetime.strptime(row["date"], "%Y/%m/%d %H:%M:%S")
-        if moment.hour % 6:
-            continue
-        rows.append({**row, "time": moment.strftime("%Y-%m-%d %H:%M"), "day": moment.strftime("%Y/%m/%d"),
-                     "when": moment.strftime("%Y/%m/%d %H:%M")})
+    rows = _every_sixth_hour("sf-temps.csv", "%Y/%m/%d %H:%M:%S")
     return UnseenTable("sf-temps", _time_split(rows, "time", "2010-10-01"), "San Francisco, {when}: {temp} F.",
                        "temp", "every 6th hour of 2010; train Jan-Sep, held out Oct-Dec", time="time",
                        split_at="2010-10-01", baseline_columns={"when": "day"})
