@@ -405,7 +405,7 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
 def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: float | str,
                     read_seconds: float) -> tuple[Tensor, Tensor, WarmStartReport]:
     """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``) to features
-    (M,C) and values (M,); ``is_target`` (M,) marks the numbers the choice and the residuals read."""
+    (M,C) and values (M,); ``is_target`` (M,) marks the numbers the fit, the choice and the residuals read."""
     started = time.perf_counter()
     scored = _scored_numbers(is_target)  # (M,)
     features, values = features[scored], values[scored]  # (K,C), (K,) the numbers the user scores
