@@ -10,7 +10,9 @@ with the library's default recipe alone (a config of data, template, target and 
 below plus the per-group median and the last value seen (per group) where the table has a category or is split
 in time; with ``--real-base`` the real weights train on each of them (``causal_qwen_real``). ``--json`` then holds
 ``unseen[NAME][MODEL][FIGURE]`` and ``unseen_acceptance`` (issue 31's checks: on every table, or on half where the
-issue says so). ``--recipe default`` runs the three tables below with the default recipe instead of their tuned
+issue says so); ``unseen[NAME]["coverage_tests"]`` the exact binomial test of each CausalQwen's coverages against
+their nominal levels, and ``unseen_calibrated_chance`` the chance that perfectly calibrated intervals pass each
+coverage check, per table (from its held-out count) and on every table at once. ``--recipe default`` runs the three tables below with the default recipe instead of their tuned
 settings.
 
 Tables (from the ``vega-datasets`` package, read from its local files), each row one sentence whose *last*
@@ -411,6 +413,45 @@ def unseen_acceptance(tables: dict[str, dict]) -> dict[str, bool]:
     return verdict
 
 
+# The two coverage checks as (nominal level, lowest, highest share covered): issue 31's bands.
+COVERAGE_BANDS: dict[str, tuple[float, float, float]] = {
+    "0.35 <= coverage_50 <= 0.65": (0.5, 0.35, 0.65),
+    "coverage_90 >= 0.75": (0.9, 0.75, 1.0),
+}
+CAUSAL_MODELS = ("causal_qwen", "causal_qwen_real")
+
+
+def coverage_tests(t: dict) -> dict[str, dict[str, float]]:
+    """``{MODEL: {"coverage_50": p, "coverage_90": p}}``: the exact binomial test of each CausalQwen's held-out
+    coverage against its nominal level (`metrics.coverage_p_value`; small: a calibrated forecaster would rarely
+    show a coverage so far off)."""
+    from causal_qwen.evaluation.metrics import coverage_p_value
+
+    tests = {}
+    for model in CAUSAL_MODELS:
+        if model in t:
+            count = int(t[model]["count"])
+            tests[model] = {f"coverage_{round(100 * level)}": coverage_p_value(
+                round(t[model][f"coverage_{round(100 * level)}"] * count), count, level)
+                for level, _, _ in COVERAGE_BANDS.values()}
+    return tests
+
+
+def calibrated_chance(tables: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    """For each coverage check, the chance that intervals covering exactly their nominal share of independent
+    errors pass it: per table, from its number of held-out targets (`metrics.coverage_chance`), and on every table
+    at once (the product). The bound issue 31's "on every table" checks can be judged by: errors that follow one
+    another in time vary more than independent ones, so a time split's chance is lower still."""
+    from causal_qwen.evaluation.metrics import coverage_chance
+
+    chances = {}
+    for check, (level, low, high) in COVERAGE_BANDS.items():
+        per_table = {name: coverage_chance(int(t["causal_qwen"]["count"]), level, low, high)
+                     for name, t in tables.items()}
+        chances[check] = {"per_table": per_table, "every_table": math.prod(per_table.values())}
+    return chances
+
+
 def _unseen_tables():
     """benchmarks/unseen_tables.py, loaded from this file's folder (also when this file is imported by path)."""
     import importlib.util
@@ -466,7 +507,12 @@ def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick
         checks = {**UNSEEN_ACCEPTANCE, **(UNSEEN_REAL_ACCEPTANCE if real is not None else {})}
         tables[name] = run_table(table, converted, workdir, settings, progress, acceptance=checks,
                                  real_converted=real, real_settings=real_settings)
-    return {"tables": tables, "acceptance": unseen_acceptance(tables)}
+        tables[name]["coverage_tests"] = coverage_tests(tables[name])
+    chance = calibrated_chance(tables)
+    for check, figures in chance.items():
+        progress(f"a calibrated forecaster passes {check!r} on every table with chance {figures['every_table']:.2f} ("
+                 + ", ".join(f"{name} {value:.2f}" for name, value in figures["per_table"].items()) + ")")
+    return {"tables": tables, "acceptance": unseen_acceptance(tables), "calibrated_chance": chance}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -842,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
             unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base,
                                 real_settings=real_settings)
             result["unseen"], result["unseen_acceptance"] = unseen["tables"], unseen["acceptance"]
+            result["unseen_calibrated_chance"] = unseen["calibrated_chance"]
             result["real_settings"] = real_settings
             progress("unseen tables: " + ", ".join(f"{'PASS' if ok else 'FAIL'} {check}"
                                                    for check, ok in unseen["acceptance"].items()))

@@ -42,6 +42,9 @@ def test_number_metrics_against_hand_computed_values():
     assert metrics["coverage_50"] == pytest.approx(0.5)
     # central 90% interval = loc ± 6.31·scale: all inside
     assert metrics["coverage_90"] == pytest.approx(1.0)
+    # 2 of 4 inside a 50% interval is the likeliest count: p = 1; 4 of 4 inside a 90% one: P(K ≤ 4) = 1 as well
+    assert metrics["coverage_50_p_value"] == pytest.approx(1.0)
+    assert metrics["coverage_90_p_value"] == pytest.approx(1.0)
     table = {row["nominal"]: row["empirical"] for row in metrics["calibration"]}
     assert list(table) == list(forecast_metrics.CALIBRATION_LEVELS) and len(table) == 10
     # |z| = 2, 3, 0, 0.8 → central ranks (2/π)·atan|z| = 0.705, 0.795, 0, 0.436
@@ -110,6 +113,28 @@ def test_rescaling_reaches_both_bands_for_cauchy_errors_only():
     low, high = forecast_metrics.rescaling_range(cauchy_errors, bands)
     assert low <= 3.0 <= high  # the true scale is inside the range
     assert forecast_metrics.rescaling_range(gaussian_errors, bands) is None
+
+
+def test_coverage_chance_by_hand_and_by_simulation():
+    # n = 4, p = 1/2: K/4 in [0.25, 0.75] for K = 1, 2, 3, i.e. (4 + 6 + 4) / 16.
+    assert forecast_metrics.coverage_chance(4, 0.5, 0.25, 0.75) == pytest.approx(14 / 16)
+    assert forecast_metrics.coverage_chance(20, 0.5, 0.35, 0.65) > forecast_metrics.coverage_chance(19, 0.5, 0.35, 0.65)
+    generator = torch.Generator().manual_seed(0)
+    covered = (torch.rand(200_000, 15, generator=generator) < 0.5).sum(dim=1) / 15  # calibrated 50% intervals
+    simulated = float(((covered >= 0.35) & (covered <= 0.65)).double().mean())
+    assert forecast_metrics.coverage_chance(15, 0.5, 0.35, 0.65) == pytest.approx(simulated, abs=0.005)
+    assert forecast_metrics.coverage_chance(5000, 0.9, 0.75) == pytest.approx(1.0)  # no overflow for large counts
+    with pytest.raises(ValueError, match="at least one number"):
+        forecast_metrics.coverage_chance(0, 0.5, 0.35, 0.65)
+
+
+def test_coverage_p_value_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for covered, count, level in [(1, 15, 0.5), (7, 15, 0.5), (20, 22, 0.5), (3, 22, 0.9), (9, 11, 0.9), (0, 843, 0.5)]:
+        expected = scipy_stats.binomtest(covered, count, level).pvalue
+        assert forecast_metrics.coverage_p_value(covered, count, level) == pytest.approx(expected, rel=1e-6, abs=1e-300)
+    with pytest.raises(ValueError, match="covered must lie"):
+        forecast_metrics.coverage_p_value(16, 15, 0.5)
 
 
 def test_select_by_number_index():
@@ -281,8 +306,8 @@ def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path, capsys):
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 3
     for key in ("perplexity", "token_accuracy_ovr", "token_accuracy_softmax", "num_mdae", "num_mape", "num_nll",
-                "num_log_score", "coverage_50", "coverage_90", "num_tail_ratio", "bits_per_byte",
-                "number_bits_per_byte"):
+                "num_log_score", "coverage_50", "coverage_90", "coverage_50_p_value", "coverage_90_p_value",
+                "num_tail_ratio", "bits_per_byte", "number_bits_per_byte"):
         assert isinstance(metrics[key], float)
     # strict JSON: the Spearman of three equal scales is undefined and written as null, never NaN
     assert metrics["num_scale_error_spearman"] is None or isinstance(metrics["num_scale_error_spearman"], float)

@@ -190,8 +190,32 @@ def test_unseen_tables_quick_run(bench, capsys, tmp_path):
     assert set(stocks["acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
     assert set(result["unseen_acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
     assert "stocks: recipe: random" in captured.err
+    tests = stocks["coverage_tests"]["causal_qwen"]
+    assert set(tests) == {"coverage_50", "coverage_90"} and all(0 <= p <= 1 for p in tests.values())
+    chance = result["unseen_calibrated_chance"]
+    assert set(chance) == set(bench.COVERAGE_BANDS)
+    for figures in chance.values():
+        assert set(figures["per_table"]) == {"stocks", "la-riots"}
+        assert figures["every_table"] == pytest.approx(math.prod(figures["per_table"].values()))
+    assert "a calibrated forecaster passes" in captured.err
     with pytest.raises(SystemExit):
         bench.main(["--unseen", "no-such-table"])
+
+
+def test_calibrated_chance_reads_each_table_s_held_out_count(bench):
+    """The chance that calibrated intervals pass a coverage band grows with the held-out count, and an observed
+    coverage far from its level gets a small binomial p-value."""
+    def table(count, coverage_50, coverage_90):
+        return {"causal_qwen": {"count": count, "coverage_50": coverage_50, "coverage_90": coverage_90}}
+
+    tables = {"small": table(15, 0.07, 0.8), "large": table(843, 0.5, 0.9)}
+    chance = bench.calibrated_chance(tables)["0.35 <= coverage_50 <= 0.65"]
+    assert chance["per_table"]["small"] == pytest.approx(0.698, abs=1e-3)  # 6 to 9 of 15 covered
+    assert chance["per_table"]["large"] == pytest.approx(1.0)
+    assert chance["every_table"] == pytest.approx(chance["per_table"]["small"])
+    small = bench.coverage_tests(tables["small"])["causal_qwen"]
+    assert small["coverage_50"] < 0.001  # 1 of 15 inside a calibrated 50% interval: 16 / 2^15 two-sided
+    assert bench.coverage_tests(tables["large"])["causal_qwen"]["coverage_50"] > 0.9
 
 
 def test_real_set_is_checked_before_any_work(bench, capsys, tmp_path):

@@ -248,6 +248,8 @@ def format_metrics(metrics: dict) -> str:
         ("num_median_scale", "median scale_Y"),
         ("coverage_50", "coverage of central 50% interval"),
         ("coverage_90", "coverage of central 90% interval"),
+        ("coverage_50_p_value", "chance calibrated 50% intervals err this far (binomial)"),
+        ("coverage_90_p_value", "chance calibrated 90% intervals err this far (binomial)"),
         ("num_scale_error_spearman", "Spearman of scale_Y and |y - loc_Y|"),
         ("num_tail_ratio", "q90/q50 of |y - loc_Y|/scale_Y (Cauchy: 6.31)"),
     ]

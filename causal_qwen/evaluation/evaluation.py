@@ -22,6 +22,8 @@ point prediction is the median ``loc_Y``); the formulas live in `causal_qwen.eva
     num_nll       = log_score(log(π·scale_Y) + log1p(((y − loc_Y)/scale_Y)²))
     num_log_score = num_nll  (the log score: mean negative log density of the true value, nats; lower is better)
     coverage_p    = coverage(y, loc_Y ± scale_Y·tan(π·p/2))            (central p-interval)
+    coverage_p_p_value = coverage_p_value(M·coverage_p, M, p)          (exact two-sided binomial test: how rarely
+                    calibrated intervals show a coverage so far from p on M numbers; NaN without numbers)
     num_scale_error_spearman = spearman(scale_Y, |y − loc_Y|)  (does a wider interval mean a larger error? NaN
                     when every scale is equal)
     num_tail_ratio = tail_ratio(z), z = |y − loc_Y| / scale_Y  (interval shape: 6.31 for Cauchy-shaped errors)
@@ -71,6 +73,7 @@ from .metrics import (
     calibration_table,
     check_level,
     coverage,
+    coverage_p_value,
     log_score,
     mean_absolute_percentage_error,
     median_absolute_error,
@@ -186,9 +189,18 @@ def number_metrics(predictions: NumberPredictions, levels: Iterable[float] = CAL
         "num_median_scale": float(predictions.scale.quantile(0.5)) if count else float("nan"),
         "coverage_50": predictions.coverage(0.5),
         "coverage_90": predictions.coverage(0.9),
+        **{f"coverage_{round(100 * level)}_p_value": _coverage_p_value(predictions, level) for level in (0.5, 0.9)},
         "num_tail_ratio": tail_ratio(predictions.standardized_error()),
         "calibration": calibration_table(predictions.coverage, levels) if count else [],
     }
+
+
+def _coverage_p_value(predictions: NumberPredictions, level: float) -> float:
+    """`metrics.coverage_p_value` of the central ``level`` intervals' coverage (NaN without predictions)."""
+    count = len(predictions)
+    if count == 0:
+        return float("nan")
+    return coverage_p_value(round(predictions.coverage(level) * count), count, level)
 
 
 # ---------------------------------------------------------------------------------------------------------

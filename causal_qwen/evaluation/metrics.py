@@ -12,8 +12,15 @@ p-intervals ``[low_p, high_p]`` (M,) each, scales s (M,) and standardised errors
     standardized_coverage          cov_p = mean_j [z_j ≤ h_p]             (h_p the family's standard half-width:
                                                                           a Cauchy's tan(π·p/2))
     calibration_table                    = [{nominal p, empirical cov_p} for each level p]
+    coverage_chance                      = P(low ≤ K/M ≤ high),  K ~ Binomial(M, p)
+    coverage_p_value                     = Σ_{k: P(K=k) ≤ P(K=k_obs)} P(K=k)   (exact two-sided binomial test)
     spearman                       ρ     = Pearson correlation of the average ranks (ties share the mean rank)
     tail_ratio                           = q90(z) / q50(z)   (Cauchy-shaped errors: tan(0.45π) = 6.31; Gaussian: 2.44)
+
+A coverage measured on M numbers is itself a random figure: intervals that cover exactly p of independent errors
+show ``K/M`` with ``K ~ Binomial(M, p)``, so on 15 numbers a perfectly calibrated 50% interval lands outside
+[0.35, 0.65] three times in ten (`coverage_chance`); `coverage_p_value` says how surprising an observed coverage
+is for a calibrated forecaster.
 
 Multiplying every scale by one factor c leaves the tail ratio alone, so it says whether miscalibration is a
 matter of width (fixable by c) or of shape: errors lighter-tailed than a Cauchy (ratio < 6.31) cannot have
@@ -98,6 +105,39 @@ def standardized_coverage(
 def calibration_table(coverage_at: Callable[[float], float], levels: Iterable[float] = CALIBRATION_LEVELS) -> list[dict]:
     """``[{"nominal": p, "empirical": coverage_at(p)}, …]`` for each nominal level p."""
     return [{"nominal": float(level), "empirical": coverage_at(level)} for level in levels]
+
+
+def _binomial_probabilities(count: int, level: float) -> Tensor:
+    """``P(K = k)`` for ``k = 0 … count`` (count+1,) float64, ``K ~ Binomial(count, level)`` (in log space: no
+    overflow for large counts)."""
+    k = torch.arange(count + 1, dtype=torch.float64)
+    distribution = torch.distributions.Binomial(total_count=count, probs=torch.tensor(level, dtype=torch.float64))
+    return distribution.log_prob(k).exp()
+
+
+def coverage_chance(count: int, level: float, low: float, high: float = 1.0) -> float:
+    """``P(low ≤ K/count ≤ high)`` for ``K ~ Binomial(count, level)``: the chance that intervals covering exactly
+    ``level`` of ``count`` independent errors show a coverage inside ``[low, high]``. Errors that follow one
+    another in time are not independent, so for a time split this is an upper bound's estimate."""
+    check_level(level)
+    if count < 1:
+        raise ValueError(f"a coverage needs at least one number, got count={count}")
+    probabilities = _binomial_probabilities(count, level)  # (count+1,)
+    share = torch.arange(count + 1, dtype=torch.float64) / count
+    inside = (share >= low - 1e-12) & (share <= high + 1e-12)  # 0.35·20 = 7 must count as inside
+    return float(min(1.0, probabilities[inside].sum()))
+
+
+def coverage_p_value(covered: int, count: int, level: float) -> float:
+    """The exact two-sided binomial test of ``covered`` of ``count`` numbers inside central ``level`` intervals:
+    ``Σ P(K = k)`` over every k no likelier than ``covered``, ``K ~ Binomial(count, level)``. Small (below 0.05,
+    say) when a calibrated forecaster would rarely show so far off a coverage."""
+    check_level(level)
+    if not 0 <= covered <= count or count < 1:
+        raise ValueError(f"covered must lie in [0, count] with count >= 1, got covered={covered}, count={count}")
+    probabilities = _binomial_probabilities(count, level)  # (count+1,)
+    observed = probabilities[covered]
+    return float(min(1.0, probabilities[probabilities <= observed * (1 + 1e-9)].sum()))
 
 
 # ---------------------------------------------------------------------------------------------------------
