@@ -274,8 +274,9 @@ def _documents(table: Table, path: Path):
 
 
 def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict,
-                    progress: Callable[[str], None] = print) -> tuple[baselines.Forecast, dict]:
-    """Fine-tune the converted tiny model on the table's training sentences and forecast the held-out targets."""
+                    progress: Callable[[str], None] = print, keep_run: bool = True) -> tuple[baselines.Forecast, dict]:
+    """Fine-tune the converted model on the table's training sentences and forecast the held-out targets; the run
+    folder is removed afterwards unless ``keep_run`` (a real base's is 2.4 GB: eleven of them fill a small disk)."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.evaluation.evaluation import evaluate_documents
@@ -317,6 +318,9 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
              "interval_check": None if result.interval_check is None else result.interval_check.to_dict(),
              "location_check": None if result.location_check is None else result.location_check.to_dict(),
              "regression_refit": None if result.regression_refit is None else result.regression_refit.to_dict()}
+    if not keep_run:
+        del model
+        shutil.rmtree(result.output_dir, ignore_errors=True)
     return forecast, extra
 
 
@@ -339,19 +343,22 @@ def convert_tiny(workdir: Path) -> Path:
 
 def run_table(table: Table, converted: Path, workdir: Path, settings: dict, progress,
               acceptance: dict[str, Callable[[dict], bool]] = ACCEPTANCE,
-              real_converted: Path | None = None, real_settings: dict | None = None) -> dict[str, Any]:
+              real_converted: Path | None = None, real_settings: dict | None = None,
+              keep_runs: bool = True) -> dict[str, Any]:
     """Every model's figures on one table (CausalQwen from ``converted``, and from ``real_converted`` as
-    ``causal_qwen_real`` when given, with the library's recipe under ``real_settings``), and the acceptance checks."""
+    ``causal_qwen_real`` when given, with the library's recipe under ``real_settings``), and the acceptance checks;
+    the training runs' folders stay under ``workdir`` when ``keep_runs``."""
     train, held_out = table.train_rows(), table.held_out_rows()
     true = torch.tensor([float(row[table.target]) for row in held_out], dtype=torch.float64)
     steps = f"{settings['max_steps']} steps of {settings['batch_size']}" if "max_steps" in settings else "default recipe"
     progress(f"{table.name}: {len(train)} training / {len(held_out)} held-out rows ({table.split}); {steps}")
     forecasts = {**baselines.fit_baselines(train, held_out, table.predictors, table.target, seed=SPLIT_SEED),
                  **simple_baselines(table, train, held_out)}
-    causal, extra = run_causal_qwen(table, converted, workdir, settings, progress)
+    causal, extra = run_causal_qwen(table, converted, workdir, settings, progress, keep_run=keep_runs)
     figures = {"causal_qwen": {**baselines.forecast_figures(causal, true), **extra}}
     if real_converted is not None:
-        real, real_extra = run_causal_qwen(table, real_converted, workdir / "real", dict(real_settings or {}), progress)
+        real, real_extra = run_causal_qwen(table, real_converted, workdir / "real", dict(real_settings or {}), progress,
+                                           keep_run=keep_runs)
         figures["causal_qwen_real"] = {**baselines.forecast_figures(real, true), **real_extra}
     for name, forecast in forecasts.items():
         figures[name] = baselines.forecast_figures(forecast, true)
@@ -490,7 +497,7 @@ def convert_real(base: str, workdir: Path, progress) -> Path:
 
 
 def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick: bool = False,
-               real_base: str | None = None, real_settings: dict | None = None) -> dict[str, Any]:
+               real_base: str | None = None, real_settings: dict | None = None, keep_runs: bool = True) -> dict[str, Any]:
     """``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ...}`` for the unseen tables ``names``, every
     CausalQwen with the library's default recipe (the real weights on `REAL_WEIGHT_TABLES`, with
     ``real_settings`` over their recipe: ``--real-set``)."""
@@ -506,7 +513,7 @@ def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick
         real = real_converted if name in REAL_WEIGHT_TABLES else None
         checks = {**UNSEEN_ACCEPTANCE, **(UNSEEN_REAL_ACCEPTANCE if real is not None else {})}
         tables[name] = run_table(table, converted, workdir, settings, progress, acceptance=checks,
-                                 real_converted=real, real_settings=real_settings)
+                                 real_converted=real, real_settings=real_settings, keep_runs=keep_runs)
         tables[name]["coverage_tests"] = coverage_tests(tables[name])
     chance = calibrated_chance(tables)
     for check, figures in chance.items():
@@ -825,7 +832,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="change a setting of CausalQwen's real-weight fine-tuning (a `causal-qwen train --set` "
                              "key over examples/seattle_weather.yaml, e.g. learning_rate=1e-4; with --unseen, over "
                              "the pretrained recipe on each unseen table, e.g. lora=true)")
-    parser.add_argument("--workdir", default=None, help="folder for converted models and runs (default: a temporary one)")
+    parser.add_argument("--workdir", default=None,
+                        help="folder for converted models and runs, kept (default: a temporary one; each run in it "
+                             "is removed once its table is measured)")
     args = parser.parse_args(argv)
     table_list = args.tables if args.tables is not None else ("" if args.unseen else ",".join(TABLE_NAMES))
     tables = [name.strip() for name in table_list.split(",") if name.strip()]
@@ -868,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = lambda message: print(message, file=stream, flush=True)  # noqa: E731
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="number-tables-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    keep_runs = args.workdir is not None  # a temporary folder's runs go as soon as each table is measured
     start = time.perf_counter()
     result: dict[str, Any] = {"tables": {}, "settings": {}, "quick": args.quick}
     try:
@@ -882,10 +892,11 @@ def main(argv: list[str] | None = None) -> int:
                 settings = training_settings(name, overrides, args.quick)
             table.template = settings.pop("template", table.template)  # a sentence template may be set too
             result["settings"][name] = settings
-            result["tables"][name] = run_table(table, converted, workdir, settings, progress)
+            result["tables"][name] = run_table(table, converted, workdir, settings, progress, keep_runs=keep_runs)
         result["acceptance"] = {name: all(t["acceptance"].values()) for name, t in result["tables"].items()}
         if unseen_names:
             unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base,
+                                keep_runs=keep_runs,
                                 real_settings=real_settings)
             result["unseen"], result["unseen_acceptance"] = unseen["tables"], unseen["acceptance"]
             result["unseen_calibrated_chance"] = unseen["calibrated_chance"]

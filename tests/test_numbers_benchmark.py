@@ -198,6 +198,7 @@ def test_unseen_tables_quick_run(bench, capsys, tmp_path):
         assert set(figures["per_table"]) == {"stocks", "la-riots"}
         assert figures["every_table"] == pytest.approx(math.prod(figures["per_table"].values()))
     assert "a calibrated forecaster passes" in captured.err
+    assert (tmp_path / "run-stocks" / "final").is_dir()  # --workdir keeps the runs
     with pytest.raises(SystemExit):
         bench.main(["--unseen", "no-such-table"])
 
@@ -275,11 +276,13 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     assert bench.checked_settings(["lora_learning_rate=1e-4"], load_train_config(
         bench.REAL_WEIGHTS["example"], ["lora_learning_rate=1e-4"])) == {"lora_learning_rate": 1e-4}  # the float
     result = bench.run_unseen(["la-riots"], converted, tmp_path, progress=lambda line: None, quick=True,
-                              real_base="random:tiny", real_settings=settings)
+                              real_base="random:tiny", real_settings=settings, keep_runs=False)
     riots = result["tables"]["la-riots"]
     assert riots["causal_qwen_real"]["steps"] == 1 and riots["causal_qwen_real"]["recipe"] == "random"
     assert riots["causal_qwen"]["steps"] == bench.QUICK_TRAINING["max_steps"]
     assert math.isfinite(riots["causal_qwen_real"]["mdae"])
+    # without --workdir each run folder goes once its table is measured (a real base's is 2.4 GB)
+    assert not (tmp_path / "run-la-riots").exists() and not (tmp_path / "real" / "run-la-riots").exists()
 
 
 def test_every_unseen_table_builds_with_its_target_last(bench):
