@@ -118,7 +118,7 @@ def _binomial_probabilities(count: int, level: float) -> Tensor:
 def coverage_chance(count: int, level: float, low: float, high: float = 1.0) -> float:
     """``P(low ≤ K/count ≤ high)`` for ``K ~ Binomial(count, level)``: the chance that intervals covering exactly
     ``level`` of ``count`` independent errors show a coverage inside ``[low, high]``. Errors that follow one
-    another in time are not independent, so for a time split this is an upper bound's estimate."""
+    another in time are not independent and vary more, so for a time split this overstates the chance."""
     check_level(level)
     if count < 1:
         raise ValueError(f"a coverage needs at least one number, got count={count}")
