@@ -12,8 +12,8 @@ in time; with ``--real-base`` the real weights train on each of them (``causal_q
 ``unseen[NAME][MODEL][FIGURE]`` and ``unseen_acceptance`` (issue 31's checks: on every table, or on half where the
 issue says so); ``unseen[NAME]["coverage_tests"]`` the exact binomial test of each CausalQwen's coverages against
 their nominal levels, and ``unseen_calibrated_chance`` the chance that perfectly calibrated intervals pass each
-coverage check, per table (from its held-out count) and on every table at once. ``--recipe default`` runs the three tables below with the default recipe instead of their tuned
-settings.
+coverage check, per table (from its held-out count) and on every table at once. ``--recipe default`` runs the three
+tables below with the default recipe instead of their tuned settings.
 
 Tables (from the ``vega-datasets`` package, read from its local files), each row one sentence whose *last*
 number is the target; the predictors are the template's other fields:
