@@ -115,13 +115,16 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
 
 
 @pytest.mark.parametrize("frozen", [False, True], ids=["backbone-trains", "features-cached"])
-def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path, frozen):
-    """``refit_after_check: true``: after the interval check the saved regression head is the ridge fit, at the
-    warm start's ridge, of the trained model's features on all 84 training rows (the slice included),
-    while the interval factor the check set on the slice stays; off (the random recipe's default), no refit. With
-    the backbone frozen the training rows' features come from the cache and only the slice is read anew."""
+def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path, monkeypatch, frozen):
+    """``refit_after_check: true``: before the checks the read-out is refitted to the rows trained on, so that the
+    interval check measures the head that is then saved up to the slice's rows (the check sees exactly that
+    ridge fit); after it the saved regression head is the ridge fit, at the same ridge, of the trained model's
+    features on all 84 training rows (the slice included), while the interval factor the check set on the slice
+    stays; off (the random recipe's default), no refit. With the backbone frozen the training rows' features come
+    from the cache and only the slice is read anew."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.training import training as training_module
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import run_training
     from causal_qwen.training.warm_start import choose_ridge, read_positions, ridge_fit
@@ -140,12 +143,24 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     off = run_training(load_train_config(config_file, [f"output_dir={tmp_path / 'off'}", *common]))
     assert off.regression_refit is None
     lines: list[str] = []
+    checked_heads: list[tuple[torch.Tensor, torch.Tensor]] = []  # the read-out each interval check measured
+
+    def check_recording(model, *args, **kwargs):
+        head = model.action.regression_head
+        checked_heads.append((head.weight.detach().double().reshape(-1).clone(), head.bias.detach().double().clone()))
+        return check_intervals(model, *args, **kwargs)
+
+    monkeypatch.setattr(training_module, "check_intervals", check_recording)
     config = load_train_config(config_file, [f"output_dir={tmp_path / 'on'}", "refit_after_check=true", *common])
     result = run_training(config, report=lines.append)
-    refit = result.regression_refit
+    refit, before = result.regression_refit, result.regression_refit_before
     assert refit is not None and refit.numbers == 84
+    assert before is not None and before.numbers == 84 - result.interval_check.numbers
+    assert refit.ridge == before.ridge and refit.out_of_fold_by_ridge == before.out_of_fold_by_ridge
     assert refit.ridge == config.regression_warm_start or (frozen and refit.out_of_fold_by_ridge)
-    assert any(line.startswith("regression refit to every training row: 84 numbers") for line in lines), lines
+    steps = ("regression refit to the rows trained on, before the checks: ", "interval check on ",
+             "regression refit to every training row: 84 numbers")
+    assert [step for line in lines for step in steps if line.startswith(step)] == list(steps), lines
     assert any(line.startswith("feature cache: the frozen backbone read ") for line in lines) == frozen, lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir).eval()
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
@@ -157,10 +172,15 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     with torch.no_grad():
         positions = read_positions(saved, batches)
     assert len(positions.number_values) == 84
+    trained_on = 84 - result.interval_check.numbers  # the slice is the latest rows
     if frozen:  # auto: the ridge is chosen on the rows trained on (the 84 minus the latest slice), as the start's
-        trained_on = 84 - result.interval_check.numbers
         chosen, _ = choose_ridge(positions.number_features[:trained_on], positions.number_values[:trained_on])
         assert refit.ridge == chosen
+    (checked_weight, checked_bias), = checked_heads  # one check, on the refit to the rows trained on
+    weight, bias = ridge_fit(positions.number_features[:trained_on], positions.number_values[:trained_on],
+                             refit.ridge)
+    torch.testing.assert_close(checked_weight, weight, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(checked_bias.reshape(()), bias, rtol=1e-5, atol=1e-4)
     weight, bias = ridge_fit(positions.number_features, positions.number_values, refit.ridge)
     head = saved.action.regression_head
     torch.testing.assert_close(head.weight.double().reshape(-1), weight, rtol=1e-4, atol=1e-5)

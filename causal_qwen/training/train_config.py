@@ -140,11 +140,12 @@ class TrainConfig:
     it). false: off; null: the recipe's (0.1). A slice under 8 numbers is widened to 8 when that takes at most a
     quarter of the training rows."""
     refit_after_check: bool | None = None
-    """After the checks, refit the regression read-out (``W_reg``, ``b_reg``) by the warm start's ridge to every
-    training row, the check slice included: the slice measured the intervals, and the latest rows are what a
-    forecast after a time split most needs (`warm_start.refit_regression`). The numbers' noise and the interval
-    factor stay as trained and checked. Needs ``regression_warm_start`` and a check slice. null: the recipe's
-    (pretrained: true; random: false)."""
+    """Refit the regression read-out (``W_reg``, ``b_reg``) by the warm start's ridge: before the checks to the
+    rows trained on, so that they measure the read-out that is saved, and after them to every training row, the
+    check slice included: the slice measured the intervals, and the latest rows are what a forecast after a time
+    split most needs (`warm_start.refit_regression`). The numbers' noise and the interval factor stay as trained
+    and checked. Needs ``regression_warm_start`` and a check slice. null: the recipe's (pretrained: true; random:
+    false)."""
     location_check: bool = False
     """Opt-in (measured to hurt on the unseen tables: docs/benchmarks.md). On the interval check's slice, before it:
     when a blend ``α·loc_Y + (1 − α)·m0`` with the training median

@@ -462,21 +462,30 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, train_docs: l
 
 
 def run_regression_refit(model, config: TrainConfig, tokenizer: Any, train_dataset: Dataset, train_docs: list,
-                         check_docs: list, pad_id: int, located: LocationCheckReport | None,
-                         report: Report | None = None) -> WarmStartReport | None:
-    """After the checks, refit the regression read-out to every training row: the rows trained on and the check
-    slice (`warm_start.refit_regression`; ``auto`` chooses the ridge on the rows trained on, as the warm start did;
-    a location check's shrink is applied again to the refit). None when ``refit_after_check`` is off, there is no
-    slice or no regression warm start."""
+                         check_docs: list, pad_id: int, located: LocationCheckReport | None = None,
+                         report: Report | None = None, before: WarmStartReport | None = None,
+                         with_slice: bool = True) -> WarmStartReport | None:
+    """Refit the regression read-out by the warm start's ridge (`warm_start.refit_regression`): ``with_slice``
+    False, before the checks, to the rows trained on, so that the checks measure the read-out that is saved (on
+    frozen features training reads every number of a sentence and moves a read-out fitted to the targets away
+    from them); then, after the checks, to every training row, the check slice included, at the ridge chosen
+    ``before`` (``auto`` chooses it on the rows trained on, as the warm start did). A location check's shrink is
+    applied again to the final refit. None when ``refit_after_check`` is off, there is no slice or no regression
+    warm start."""
     if not (config.refit_after_check and check_docs and config.regression_warm_start):
         return None
-    slice_dataset, slice_ordinals = check_slice_dataset(config, tokenizer, check_docs)
     collator = NumericCollator(pad_token_id=pad_id)
     batch_size = config.eval_batch_size or config.batch_size
-    if isinstance(train_dataset, CachedFeatureDataset):  # the frozen backbone reads only the slice
-        slice_dataset = cache_features(model, slice_dataset, collator, batch_size)
-    refit = refit_regression(model, train_dataset, slice_dataset, collator, batch_size, config.regression_warm_start,
-                             report, target_ordinals(train_dataset, train_docs), slice_ordinals)
+    slice_dataset = slice_ordinals = None
+    if with_slice:
+        slice_dataset, slice_ordinals = check_slice_dataset(config, tokenizer, check_docs)
+        if isinstance(train_dataset, CachedFeatureDataset):  # the frozen backbone reads only the slice
+            slice_dataset = cache_features(model, slice_dataset, collator, batch_size)
+    ridge, by_ridge = config.regression_warm_start, None
+    if before is not None:
+        ridge, by_ridge = before.ridge, before.out_of_fold_by_ridge
+    refit = refit_regression(model, train_dataset, slice_dataset, collator, batch_size, ridge, report,
+                             target_ordinals(train_dataset, train_docs), slice_ordinals, by_ridge=by_ridge)
     if refit is not None and located is not None and located.shrunk:
         shrink_regression_head(model, located.alpha, located.median)
     return refit
@@ -604,7 +613,8 @@ def training_arguments(config: TrainConfig, has_validation: bool) -> TrainingArg
 @dataclass
 class TrainingResult:
     """Where a run wrote its outputs, and how far it got. ``trained``: False when the run had already finished
-    (``message`` says so; ``train_loss`` is then None)."""
+    (``message`` says so; ``train_loss`` is then None). ``regression_refit_before``: the refit to the rows trained
+    on that the checks measured; ``regression_refit``: the saved one, to every training row."""
 
     output_dir: Path
     final_dir: Path
@@ -618,6 +628,7 @@ class TrainingResult:
     interval_check: IntervalCheckReport | None = None
     location_check: LocationCheckReport | None = None
     regression_refit: WarmStartReport | None = None
+    regression_refit_before: WarmStartReport | None = None
 
 
 def _is_main_process() -> bool:
@@ -740,10 +751,12 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         result = trainer.train(resume_from_checkpoint=plan.checkpoint)
         train_loss, trained_now = float(result.training_loss), True
     tells = report if _is_main_process() else None
+    refit_before = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id,
+                                        report=tells, with_slice=False)  # the checks measure the saved read-out
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
     checked = run_interval_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)
     refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
-                                 tells)
+                                 tells, before=refit_before)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
     return TrainingResult(
         output_dir=output_dir,
@@ -758,6 +771,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         interval_check=checked,
         location_check=located,
         regression_refit=refit,
+        regression_refit_before=refit_before,
     )
 
 

@@ -432,19 +432,22 @@ def _set_regression_head(model, weight: Tensor, bias: Tensor) -> None:
 def refit_regression(
     model,
     trained_rows: Dataset,
-    kept_rows: Dataset,
+    kept_rows: Dataset | None,
     collator,
     batch_size: int,
     ridge: float | str,
     progress: Callable[[str], None] | None = None,
     trained_ordinals: list[int] | None = None,
     kept_ordinals: list[int] | None = None,
+    by_ridge: dict[str, float] | None = None,
 ) -> WarmStartReport | None:
     """Refit the regression read-out ``[W_reg, b_reg]`` after training to ``trained_rows`` and ``kept_rows`` (the
-    check slice) together, on the trained model's ``loc_U``, by the ridge of the module docstring. ``auto``
-    chooses ``λ`` on ``trained_rows`` alone, as the warm start did (`choose_ridge`): the checks measured the model
-    that ``λ`` gave, and a resumed run chooses as an uninterrupted one. The numbers' noise and the interval factor
-    stay as trained and checked. None (the head unchanged) when the rows hold no number."""
+    check slice) together, or to ``trained_rows`` alone when ``kept_rows`` is None (the read-out the checks then
+    measure), on the trained model's ``loc_U``, by the ridge of the module docstring. ``auto`` chooses ``λ`` on
+    ``trained_rows`` alone, as the warm start did (`choose_ridge`): the checks measure the model that ``λ`` gives,
+    and a resumed run chooses as an uninterrupted one; ``by_ridge`` is the report of a choice made before (kept in
+    this report). The numbers' noise and the interval factor stay as trained and checked. None (the head unchanged)
+    when the rows hold no number."""
     started = time.perf_counter()
 
     def read(rows: Dataset, ordinals: list[int] | None) -> TrainingPositions:
@@ -454,26 +457,28 @@ def refit_regression(
     was_training = model.training
     model.eval()
     try:
-        trained, kept = read(trained_rows, trained_ordinals), read(kept_rows, kept_ordinals)
+        trained = read(trained_rows, trained_ordinals)
+        kept = None if kept_rows is None else read(kept_rows, kept_ordinals)
     finally:
         model.train(was_training)
-    by_ridge = None
     if ridge == "auto":
         if len(trained.number_values) == 0:
             return None
         scored = _scored_numbers(trained.number_is_target)  # (M,) the numbers the fit reads
         ridge, by_ridge = choose_ridge(trained.number_features[scored], trained.number_values[scored])
-    values = torch.cat([trained.number_values, kept.number_values])  # (M,) the numbers of both
+    rows = [trained] if kept is None else [trained, kept]
+    values = torch.cat([read_rows.number_values for read_rows in rows])  # (M,) the numbers of both
     if len(values) == 0:
         return None
-    weight, bias, report = _fit_regression(torch.cat([trained.number_features, kept.number_features]), values,
-                                           torch.cat([trained.number_is_target, kept.number_is_target]), ridge,
+    weight, bias, report = _fit_regression(torch.cat([read_rows.number_features for read_rows in rows]), values,
+                                           torch.cat([read_rows.number_is_target for read_rows in rows]), ridge,
                                            time.perf_counter() - started)
     report.out_of_fold_by_ridge = by_ridge
     _set_regression_head(model, weight, bias)
     logger.info("regression refit: %s", report.to_dict())
     if progress is not None:
-        progress(f"regression refit to every training row: {report.numbers} numbers, ridge {report.ridge:g}"
+        rows_read = "the rows trained on, before the checks" if kept is None else "every training row"
+        progress(f"regression refit to {rows_read}: {report.numbers} numbers, ridge {report.ridge:g}"
                  f"{' (chosen on the rows trained on)' if by_ridge else ''}, median absolute residual "
                  f"{report.train_mdae:.4g} in sample, {report.out_of_fold_mdae:.4g} out of fold "
                  f"({report.seconds:.0f} s)")
