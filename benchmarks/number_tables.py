@@ -40,8 +40,8 @@ Figures per table and model: ``mdae``, ``log_score`` (mean negative log density 
 Cauchy's for causal_qwen), ``coverage_50``, ``coverage_90``, ``scale_error_spearman`` (Spearman of the
 predicted scale and |error|), ``calibration`` (nominal vs empirical central-interval coverage),
 ``train_seconds``; causal_qwen adds ``tail_ratio`` (q90/q50 of |error|/scale; a Cauchy's is 6.31) and its
-training's ``interval_check``, ``location_check`` and ``regression_refit`` reports (null when the run had no check
-slice, or no refit).
+training's ``interval_check``, ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
+that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit).
 ``acceptance`` per table checks issue 11's figures. ``--json`` prints
 ``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ..., "settings": ...}`` (and ``real_weights`` with
 ``--real-base``: see `real_weight_figures`).
@@ -317,6 +317,8 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
              "tail_ratio": _tail_ratio(numbers.standardized_error()), "recipe": config.recipe,
              "interval_check": None if result.interval_check is None else result.interval_check.to_dict(),
              "location_check": None if result.location_check is None else result.location_check.to_dict(),
+             "regression_refit_before": (None if result.regression_refit_before is None
+                                         else result.regression_refit_before.to_dict()),
              "regression_refit": None if result.regression_refit is None else result.regression_refit.to_dict()}
     if not keep_run:
         del model

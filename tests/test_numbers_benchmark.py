@@ -268,10 +268,11 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     from causal_qwen.training.train_config import load_train_config
 
     converted = bench.convert_tiny(tmp_path)
-    items = ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0"]
+    items = ["lora=true", "freeze_backbone=false", "max_steps=1", "model_config.number_noise_init=2.0",
+             "refit_after_check=true"]
     settings = bench.checked_settings(items, load_train_config(bench.REAL_WEIGHTS["example"], items))
     assert settings == {"lora": True, "freeze_backbone": False, "max_steps": 1,
-                        "model_config": {"number_noise_init": 2.0}}
+                        "model_config": {"number_noise_init": 2.0}, "refit_after_check": True}
     assert bench.parse_overrides(["lora_learning_rate=1e-4"]) == {"": {"lora_learning_rate": "1e-4"}}  # YAML: text
     assert bench.checked_settings(["lora_learning_rate=1e-4"], load_train_config(
         bench.REAL_WEIGHTS["example"], ["lora_learning_rate=1e-4"])) == {"lora_learning_rate": 1e-4}  # the float
@@ -281,6 +282,9 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     assert riots["causal_qwen_real"]["steps"] == 1 and riots["causal_qwen_real"]["recipe"] == "random"
     assert riots["causal_qwen"]["steps"] == bench.QUICK_TRAINING["max_steps"]
     assert math.isfinite(riots["causal_qwen_real"]["mdae"])
+    before, refit = riots["causal_qwen_real"]["regression_refit_before"], riots["causal_qwen_real"]["regression_refit"]
+    assert before["numbers"] + riots["causal_qwen_real"]["interval_check"]["numbers"] == refit["numbers"]
+    assert riots["causal_qwen"]["regression_refit_before"] is None  # the random recipe does not refit
     # without --workdir each run folder goes once its table is measured (a real base's is 2.4 GB)
     assert not (tmp_path / "run-la-riots").exists() and not (tmp_path / "real" / "run-la-riots").exists()
 
