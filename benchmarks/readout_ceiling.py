@@ -5,12 +5,13 @@
 
 The pretrained recipe keeps Qwen's backbone frozen and reads each number out of its features by a ridge fit
 (`causal_qwen.training.warm_start`: ``[W_reg, b_reg]``, the ridge ``λ`` chosen by the out-of-fold error on the rows
-it trains on, then refitted to every training row after the interval check). Fine-tuning at the recipe's 10⁻⁵
-moves that read-out little, so the ridge fit *is* the recipe's point forecast, up to those steps. This benchmark
+it trains on; after training refitted to those rows for the interval check, then to every training row), so the
+ridge fit *is* the recipe's point forecast. Like the recipe, every fit here reads the targets (every number when
+fewer than ten are targets: `warm_start.scored_numbers`). This benchmark
 reads the base's features at every number of each unseen table (`benchmarks/unseen_tables.py`; the same
 documents, split and check slice as ``causal-qwen train`` with the recipe) and prints, per table:
 
-- the held-out MdAE of the ridge fit to every training number at each ``λ`` of `LAMBDAS`;
+- the held-out MdAE of the ridge fit to every training row at each ``λ`` of `LAMBDAS`;
 - ``auto``: the ``λ`` the recipe chooses (`warm_start.choose_ridge` on the rows trained on, the targets scored) and
   its held-out MdAE; ``best``: the smallest held-out MdAE over `LAMBDAS` — a ``λ`` chosen *with the held-out
   answers*, which no rule can beat, so a table where ``best`` stays above a baseline is out of reach of any choice
@@ -100,6 +101,15 @@ def table_numbers(model, tokenizer, table, workdir: Path, model_name: str) -> di
     return {name: read_numbers(model, tokenizer, docs, config.max_length, config.add_eos) for name, docs in parts.items()}
 
 
+def fitted(numbers: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The numbers a read-out is fitted to, as the recipe's warm start and refits choose them
+    (`warm_start.scored_numbers`): the targets, or every number when fewer than ``2·FOLDS`` are targets."""
+    from causal_qwen.training.warm_start import scored_numbers
+
+    rows = scored_numbers(numbers["is_target"])  # (M,)
+    return {key: value[rows] for key, value in numbers.items()}
+
+
 def target_mdae(numbers: dict[str, Tensor], weight: Tensor, bias: Tensor) -> float:
     """``median |y − (W·x + b)|`` over the target numbers."""
     target = numbers["is_target"]
@@ -111,15 +121,16 @@ def ceiling(numbers: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
     from causal_qwen.training.warm_start import choose_ridge, ridge_fit
 
     kept, check, held = numbers["kept"], numbers["slice"], numbers["held"]
-    every = {key: torch.cat([kept[key], check[key]]) for key in kept}  # the refit's rows: kept and slice
-    auto, _ = choose_ridge(kept["X"], kept["y"], scored=kept["is_target"])
+    every = fitted({key: torch.cat([kept[key], check[key]]) for key in kept})  # the refit's rows: kept and slice
+    trained = fitted(kept)  # the rows the ridge is chosen on and the first refit reads
+    auto, _ = choose_ridge(trained["X"], trained["y"])
     by_ridge = {f"{ridge:g}": target_mdae(held, *ridge_fit(every["X"], every["y"], ridge)) for ridge in LAMBDAS}
     best = min(LAMBDAS, key=lambda ridge: by_ridge[f"{ridge:g}"])
     figures = {"numbers": {name: int(part["is_target"].sum()) for name, part in numbers.items()},
                "held_mdae_by_ridge": by_ridge, "auto_ridge": auto, "auto_mdae": by_ridge[f"{auto:g}"],
                "best_ridge": best, "best_mdae": by_ridge[f"{best:g}"], "slice_mdae": None, "held_over_slice": None}
     if bool(check["is_target"].any()):
-        figures["slice_mdae"] = target_mdae(check, *ridge_fit(kept["X"], kept["y"], auto))
+        figures["slice_mdae"] = target_mdae(check, *ridge_fit(trained["X"], trained["y"], auto))
         figures["held_over_slice"] = figures["auto_mdae"] / max(figures["slice_mdae"], 1e-12)
     return figures
 
@@ -177,8 +188,10 @@ def variants(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto_mdae:
 
     kept, check, held = numbers["kept"], numbers["slice"], numbers["held"]
     every = {key: torch.cat([kept[key], check[key]]) for key in kept}  # the training rows, in time order
+    every["time"] = document_times(every["is_target"])  # (M,) each number's place in the training period
+    every, trained = fitted(every), fitted(kept)  # the numbers the fits read
     by_ridge = {f"{ridge:g}": target_mdae(held, *cauchy_ridge_fit(every["X"], every["y"], ridge)) for ridge in LAMBDAS}
-    auto, _ = choose_ridge(kept["X"], kept["y"], scored=kept["is_target"], fit=cauchy_ridge_fit)
+    auto, _ = choose_ridge(trained["X"], trained["y"], fit=cauchy_ridge_fit)
     best = min(LAMBDAS, key=lambda ridge: by_ridge[f"{ridge:g}"])
     figures: dict[str, Any] = {
         "cauchy": {"held_mdae_by_ridge": by_ridge, "auto_ridge": auto, "auto_mdae": by_ridge[f"{auto:g}"],
@@ -187,7 +200,7 @@ def variants(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto_mdae:
     if not time_split:
         return figures
 
-    times = document_times(every["is_target"])  # (M,)
+    times = every["time"]  # (M,)
     weighted = {(life, ridge): target_mdae(held, *weighted_ridge_fit(every["X"], every["y"], ridge,
                                                                      recency_weights(times, life)))
                 for life in HALF_LIVES for ridge in LAMBDAS}
@@ -199,7 +212,7 @@ def variants(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto_mdae:
     before = times < 1.0 - share  # (M,) the numbers of the documents before the longer slice
     early = {key: value[before] for key, value in every.items()}
     late = {key: value[~before] for key, value in every.items()}
-    chosen, _ = choose_ridge(early["X"], early["y"], scored=early["is_target"])
+    chosen, _ = choose_ridge(early["X"], early["y"])
     slice_mdae = target_mdae(late, *ridge_fit(early["X"], early["y"], chosen))
     figures["horizon_slice"] = {"share": share, "ridge": chosen, "slice_mdae": slice_mdae,
                                 "held_over_slice": auto_mdae / max(slice_mdae, 1e-12)}

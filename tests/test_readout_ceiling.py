@@ -117,3 +117,26 @@ def test_recent_rows_weighted_follow_a_level_shift_and_the_longer_slice_sees_it(
     assert figures["horizon_slice"]["share"] == pytest.approx(1 / 3)
     assert figures["cauchy"]["best_mdae"] == pytest.approx(10.0, abs=0.01)  # robust: the majority level, 0
     assert ceiling_bench.variants(split, time_split=False, auto_mdae=1.0)["recency"] is None
+
+
+def test_the_read_outs_are_fitted_to_the_targets_as_the_recipe_s(ceiling_bench):
+    """Each sentence holds a large number that is not the target (thousands, unrelated to the features) before its
+    target ``y = 3·x₀ + 1``: fitted to every number the read-out would be ruled by the large ones; fitted to the
+    targets, as the recipe's warm start and refits are (`warm_start.scored_numbers`), it reads ``y`` exactly."""
+    generator = torch.Generator().manual_seed(3)
+
+    def sentences(count: int) -> dict[str, torch.Tensor]:
+        features = torch.randn(2 * count, 3, generator=generator, dtype=torch.float64)
+        values = 1000.0 + 500.0 * torch.rand(2 * count, generator=generator, dtype=torch.float64)
+        is_target = torch.arange(2 * count) % 2 == 1  # (2·count,) each sentence's second number
+        values[is_target] = 3 * features[is_target, 0] + 1
+        return {"X": features, "y": values, "is_target": is_target}
+
+    split = {"kept": sentences(60), "slice": sentences(20), "held": sentences(20)}
+    figures = ceiling_bench.ceiling(split)
+    assert figures["numbers"] == {"kept": 60, "slice": 20, "held": 20}
+    assert figures["best_mdae"] < 1e-3 and figures["auto_mdae"] < 0.05
+    assert figures["slice_mdae"] < 0.05
+    variants = ceiling_bench.variants(split, time_split=True, auto_mdae=figures["auto_mdae"])
+    assert variants["cauchy"]["best_mdae"] < 1e-3 and variants["recency"]["best_mdae"] < 1e-3
+    assert variants["horizon_slice"]["slice_mdae"] < 0.05

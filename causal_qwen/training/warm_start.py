@@ -407,7 +407,7 @@ def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: 
     """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``) to features
     (M,C) and values (M,); ``is_target`` (M,) marks the numbers the fit, the choice and the residuals read."""
     started = time.perf_counter()
-    scored = _scored_numbers(is_target)  # (M,)
+    scored = scored_numbers(is_target)  # (M,)
     features, values = features[scored], values[scored]  # (K,C), (K,) the numbers the user scores
     by_ridge = None
     if ridge == "auto":
@@ -464,7 +464,7 @@ def refit_regression(
     if ridge == "auto":
         if len(trained.number_values) == 0:
             return None
-        scored = _scored_numbers(trained.number_is_target)  # (M,) the numbers the fit reads
+        scored = scored_numbers(trained.number_is_target)  # (M,) the numbers the fit reads
         ridge, by_ridge = choose_ridge(trained.number_features[scored], trained.number_values[scored])
     rows = [trained] if kept is None else [trained, kept]
     values = torch.cat([read_rows.number_values for read_rows in rows])  # (M,) the numbers of both
@@ -485,7 +485,7 @@ def refit_regression(
     return report
 
 
-def _scored_numbers(is_target: Tensor) -> Tensor:
+def scored_numbers(is_target: Tensor) -> Tensor:
     """The numbers the ridge choice and the spread read (M,) bool: the targets, or every number below ``2·FOLDS``
     targets."""
     return is_target if int(is_target.sum()) >= 2 * FOLDS else torch.ones_like(is_target)
