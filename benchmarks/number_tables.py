@@ -40,7 +40,8 @@ Figures per table and model: ``mdae``, ``log_score`` (mean negative log density 
 Cauchy's for causal_qwen), ``coverage_50``, ``coverage_90``, ``scale_error_spearman`` (Spearman of the
 predicted scale and |error|), ``calibration`` (nominal vs empirical central-interval coverage),
 ``train_seconds``; causal_qwen adds ``tail_ratio`` (q90/q50 of |error|/scale; a Cauchy's is 6.31) and its
-training's ``interval_check``, ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
+training's ``interval_check``, ``interval_floor`` (a table too small for a check slice: the widths floored at the
+warm start's out-of-fold error), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
 that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit).
 ``acceptance`` per table checks issue 11's figures. ``--json`` prints
 ``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ..., "settings": ...}`` (and ``real_weights`` with
@@ -316,6 +317,7 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
     extra = {"steps": result.global_step, "train_loss": result.train_loss,
              "tail_ratio": _tail_ratio(numbers.standardized_error()), "recipe": config.recipe,
              "interval_check": None if result.interval_check is None else result.interval_check.to_dict(),
+             "interval_floor": None if result.interval_floor is None else result.interval_floor.to_dict(),
              "location_check": None if result.location_check is None else result.location_check.to_dict(),
              "regression_refit_before": (None if result.regression_refit_before is None
                                          else result.regression_refit_before.to_dict()),

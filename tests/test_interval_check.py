@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from causal_qwen import from_qwen
 from causal_qwen.training.collator import NumericCollator, TokenizedDataset
 from causal_qwen.core.cauchy import scale_mle
-from causal_qwen.training.interval_check import (central_coverage, check_intervals, slice_predictions,
+from causal_qwen.training.interval_check import (central_coverage, check_intervals, floor_intervals, slice_predictions,
                                                     standardized_errors)
 
 from .conftest import SMALL_NUM_ID, small_qwen
@@ -112,6 +113,62 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
     assert result.global_step == 3
+
+
+def test_the_floor_widens_to_the_out_of_fold_error_and_never_narrows():
+    """No slice: the median scale at the training numbers is raised to the warm start's out-of-fold error ``r̃``
+    (f = r̃ / s̃) when it lies below, and left alone when it lies above or too few numbers are read."""
+    model = from_qwen(small_qwen(), num_token_id=SMALL_NUM_ID, ovr_calibration="none", number_noise_init=1e-2)
+    data, collator = numbers_dataset([float(v) for v in range(12)]), NumericCollator(pad_token_id=0)
+    _, _, scale = slice_predictions(model, data, collator, 8, None)
+    median_scale = float(scale.median())
+    report = floor_intervals(model, data, collator, 8, out_of_fold_mdae=50 * median_scale)
+    assert report is not None and report.rescaled and report.numbers == 12
+    assert report.median_scale == pytest.approx(median_scale) and report.factor == pytest.approx(50.0)
+    assert model.config.number_scale_factor == pytest.approx(50.0)
+    _, _, widened = slice_predictions(model, data, collator, 8, None)
+    assert float(widened.median()) == pytest.approx(50 * median_scale, rel=1e-5)  # the model itself now
+    kept = floor_intervals(model, data, collator, 8, out_of_fold_mdae=median_scale)  # narrower than it is: kept
+    assert kept is not None and not kept.rescaled and kept.factor < 1
+    assert model.config.number_scale_factor == pytest.approx(50.0) and "kept" in kept.line()
+    assert floor_intervals(model, numbers_dataset([1.0, 2.0]), collator, 8, out_of_fold_mdae=1e6) is None
+    assert floor_intervals(model, data, collator, 8, out_of_fold_mdae=float("nan")) is None
+    assert model.config.number_scale_factor == pytest.approx(50.0)
+
+
+def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tmp_path):
+    """Twenty rows of a drifting series: no check slice can be kept (8 numbers would be 40% of them), so after
+    training the widths are floored at the warm start's out-of-fold error, written to ``warm_start.json`` so that a
+    resumed run floors at the same figure; the saved model carries the factor."""
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import WARM_START_FILE, run_training
+
+    rows = ["day,reading"] + [f"2021-01-{1 + i:02d},{100 + 7 * i + 9 * math.sin(i):.1f}" for i in range(26)]
+    (tmp_path / "small.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    config_file = tmp_path / "small.yaml"
+    config_file.write_text(
+        f"data: {tmp_path / 'small.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
+        "target: reading\nsplit_by: day\nsplit_at: '2021-01-21'\n", encoding="utf-8")
+    settings = [f"output_dir={tmp_path / 'run'}", "max_steps=40", "report_to=none", "progress_bar=false",
+                "eval_steps=0", "save_steps=20"]
+    lines: list[str] = []
+    result = run_training(load_train_config(config_file, settings), report=lines.append)
+    assert result.interval_check is None and not any(line.startswith("interval check") for line in lines), lines
+    floor = result.interval_floor
+    assert floor is not None and floor.numbers == 20, lines
+    warm = json.loads((tmp_path / "run" / WARM_START_FILE).read_text(encoding="utf-8"))
+    assert floor.out_of_fold_mdae == pytest.approx(warm["out_of_fold_mdae"]) and warm["scored"] == 20
+    assert floor.rescaled and floor.factor > 1, floor  # 40 steps on 20 rows: in-sample widths below r̃
+    assert any(line.startswith("interval floor") and "widened" in line for line in lines), lines
+    saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert saved.config.number_scale_factor == pytest.approx(floor.scale_factor)
+
+    (tmp_path / "run" / "final").rename(tmp_path / "first-final")  # as if killed after the last checkpoint
+    resumed = run_training(load_train_config(config_file, settings), resume=True, report=lines.append)
+    assert resumed.interval_floor is not None
+    assert resumed.interval_floor.out_of_fold_mdae == pytest.approx(floor.out_of_fold_mdae)
+    assert resumed.interval_floor.scale_factor == pytest.approx(floor.scale_factor, rel=1e-4)
 
 
 @pytest.mark.parametrize("frozen", [False, True], ids=["backbone-trains", "features-cached"])

@@ -187,6 +187,7 @@ def test_unseen_tables_quick_run(bench, capsys, tmp_path):
         assert math.isfinite(stocks[model]["mdae"]), model
     assert "group_median" in riots and "last_value" not in riots  # a random split has no last value
     assert stocks["causal_qwen"]["recipe"] == "random"
+    assert {"interval_check", "interval_floor"} <= set(stocks["causal_qwen"])  # the training's reports
     assert set(stocks["acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
     assert set(result["unseen_acceptance"]) == set(bench.UNSEEN_ACCEPTANCE)
     assert "stocks: recipe: random" in captured.err

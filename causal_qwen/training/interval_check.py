@@ -26,11 +26,25 @@ ten months of 2013, covered 10 of 10 at 50%; narrowed ×0.33, its intervals cove
 
 The location check (`causal_qwen.training.location_check`) runs on the same slice just before, and may shrink the
 regression head toward the training median; this check then measures (and rescales) the shrunk model's widths.
+
+**The floor, when no slice can be kept** (a table of a few dozen rows: a slice of `MIN_NUMBERS` numbers would take
+more than a quarter of them). Nothing the model did not train on is left to measure its widths, but the warm start
+measured how far a read-out of the same features misses rows it was not fitted to: the median ``r̃`` of its
+out-of-fold residuals (`causal_qwen.training.warm_start`, read before the first step). A Cauchy's median absolute
+error is its scale, so intervals that those errors do not overrun have a median scale of at least ``r̃`` where the
+model trained. With ``s̃`` the median ``scale_Y`` of the trained model at the training numbers the warm start scored,
+
+    f = r̃ / s̃,    applied (``number_scale_factor ← f·number_scale_factor``) when f > 1:
+
+widen only, since the model may have learned more than the read-out, but a model that memorised a few dozen rows
+shows in-sample widths far below any error it will make (the tiny default on 22 days of prices: 90% intervals
+covering 0.41 of the next days).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -156,4 +170,56 @@ def check_intervals(model, dataset, collator, batch_size: int,
         widen_only=widen_only,
     )
     logger.info("interval check: %s", report.to_dict())
+    return report
+
+
+@dataclass
+class IntervalFloorReport:
+    """numbers: the training numbers read; out_of_fold_mdae: ``r̃``, the warm start's median out-of-fold residual;
+    median_scale: ``s̃``, the trained model's median ``scale_Y`` there; factor: ``f = r̃ / s̃``; rescaled: whether
+    it was applied (f > 1); scale_factor: the model's ``number_scale_factor`` afterwards."""
+
+    numbers: int
+    out_of_fold_mdae: float
+    median_scale: float
+    factor: float
+    rescaled: bool
+    scale_factor: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        if self.rescaled:
+            what = f"intervals widened by {self.factor:.3g}"
+        else:
+            what = "intervals kept (as wide as that or wider)"
+        return (f"interval floor (too few training rows to keep a slice out): median scale {self.median_scale:.4g} "
+                f"at {self.numbers} training numbers against the warm start's out-of-fold error "
+                f"{self.out_of_fold_mdae:.4g}; {what}")
+
+
+def floor_intervals(model, dataset, collator, batch_size: int, out_of_fold_mdae: float,
+                    target_ordinals: list[int | None] | None = None) -> IntervalFloorReport | None:
+    """Widen the intervals to the warm start's out-of-fold error as the module docstring's floor says, reading
+    ``scale_Y`` at the numbers of ``dataset`` (the training rows; per document the target's number, or every number
+    when ``target_ordinals`` is None); None (nothing changed) when ``out_of_fold_mdae`` is not a positive number or
+    fewer than `MIN_NUMBERS` numbers are read."""
+    if not (math.isfinite(out_of_fold_mdae) and out_of_fold_mdae > 0):
+        return None
+    _, _, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)  # (M,)
+    scale = scale[torch.isfinite(scale) & (scale > 0)]
+    if scale.numel() < MIN_NUMBERS:
+        logger.info("interval floor: %d training numbers, fewer than %d: skipped", scale.numel(), MIN_NUMBERS)
+        return None
+    median_scale = float(scale.median())
+    factor = out_of_fold_mdae / median_scale
+    rescaled = factor > 1
+    config = model.config
+    if rescaled:
+        config.number_scale_factor = float(config.number_scale_factor * factor)
+    report = IntervalFloorReport(numbers=int(scale.numel()), out_of_fold_mdae=float(out_of_fold_mdae),
+                                 median_scale=median_scale, factor=factor, rescaled=rescaled,
+                                 scale_factor=float(config.number_scale_factor))
+    logger.info("interval floor: %s", report.to_dict())
     return report

@@ -138,7 +138,8 @@ class TrainConfig:
     their width at 5%, every ``scale_Y`` is multiplied by the slice's Cauchy maximum-likelihood factor
     (`causal_qwen.training.interval_check`; ``config.number_scale_factor`` of the saved model; ``train`` reports
     it). false: off; null: the recipe's (0.1). A slice under 8 numbers is widened to 8 when that takes at most a
-    quarter of the training rows."""
+    quarter of the training rows; a table too small for that keeps every row and instead floors its widths at the
+    regression warm start's out-of-fold error (`interval_check.floor_intervals`)."""
     refit_after_check: bool | None = None
     """Refit the regression read-out (``W_reg``, ``b_reg``) by the warm start's ridge: before the checks to the
     rows trained on, so that they measure the read-out that is saved, and after them to every training row, the

@@ -10,6 +10,8 @@
     final/             the trained model + tokenizer (`CausalQwenForCausalLM.from_pretrained`)
     adapter/           with LoRA: the peft adapter, heads included (`PeftModel.from_pretrained(base, adapter/)`)
     train_config.yaml  the resolved settings
+    warm_start.json    the regression warm start's report (its out-of-fold error floors the intervals of a table
+                       too small for a check slice, `interval_check.floor_intervals`; a resumed run reads it here)
     .lock              held while the run lasts: a second run into the folder fails at once
 
 Config, data and folder are checked before anything in ``output_dir`` is deleted or overwritten. The same
@@ -64,10 +66,10 @@ from .run_folder import (
     staging_path,
 )
 from .feature_cache import MAX_CACHE_BYTES, CachedFeatureDataset, cache_features, cache_size_bytes
-from .interval_check import MIN_NUMBERS, IntervalCheckReport, check_intervals
+from .interval_check import MIN_NUMBERS, IntervalCheckReport, IntervalFloorReport, check_intervals, floor_intervals
 from .location_check import LocationCheckReport, check_location, shrink_regression_head, training_median
 from .train_config import TrainConfig
-from .warm_start import WarmStartReport, refit_regression, warm_start
+from .warm_start import FOLDS, WarmStartReport, refit_regression, warm_start
 from ..conversion.conversion import from_qwen
 
 logger = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ METRICS_FILE = "metrics.jsonl"
 FINAL_DIR = "final"
 ADAPTER_DIR = "adapter"
 CONFIG_FILE = "train_config.yaml"
+WARM_START_FILE = "warm_start.json"
 
 
 # ---- the trainer -----------------------------------------------------------------------------------------
@@ -461,6 +464,46 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, train_docs: l
     return checked
 
 
+def run_interval_floor(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list,
+                       warm: WarmStartReport | None, pad_id: int,
+                       report: Report | None = None) -> IntervalFloorReport | None:
+    """`floor_intervals` at the training numbers the warm start scored (its targets, or every number) when the
+    interval check is on but the table was too small for a slice; None when there is a slice, the check is off, or
+    no out-of-fold error was measured (no regression warm start, or fewer than ``2·FOLDS`` numbers scored: its
+    residuals were in-sample)."""
+    if check_docs or not config.interval_check or warm is None or warm.scored < 2 * FOLDS:
+        return None
+    dataset, ordinals = check_slice_dataset(config, tokenizer, train_docs)  # the rows, tokenized (not cached)
+    if warm.scored == warm.numbers:  # the warm start scored every number
+        ordinals = None
+    floored = floor_intervals(model, dataset, NumericCollator(pad_token_id=pad_id),
+                              config.eval_batch_size or config.batch_size, warm.out_of_fold_mdae, ordinals)
+    if floored is not None and report is not None:
+        report(floored.line())
+    return floored
+
+
+def save_warm_start(output_dir: Path, warm: WarmStartReport | None) -> None:
+    """Write the regression warm start's report to ``output_dir/warm_start.json`` (atomically), or remove an
+    earlier run's when this one had none."""
+    path = output_dir / WARM_START_FILE
+    if warm is None:
+        path.unlink(missing_ok=True)
+    else:
+        write_text_atomic(path, json.dumps(warm.to_dict(), indent=1))
+
+
+def load_warm_start(output_dir: Path) -> WarmStartReport | None:
+    """The report `save_warm_start` wrote, for a resumed run; None when the folder holds none."""
+    path = output_dir / WARM_START_FILE
+    if not path.is_file():
+        return None
+    try:
+        return WarmStartReport(**json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{path} is not a warm start report written by causal-qwen train: {error}") from error
+
+
 def run_regression_refit(model, config: TrainConfig, tokenizer: Any, train_dataset: Dataset, train_docs: list,
                          check_docs: list, pad_id: int, located: LocationCheckReport | None = None,
                          report: Report | None = None, before: WarmStartReport | None = None,
@@ -614,7 +657,8 @@ def training_arguments(config: TrainConfig, has_validation: bool) -> TrainingArg
 class TrainingResult:
     """Where a run wrote its outputs, and how far it got. ``trained``: False when the run had already finished
     (``message`` says so; ``train_loss`` is then None). ``regression_refit_before``: the refit to the rows trained
-    on that the checks measured; ``regression_refit``: the saved one, to every training row."""
+    on that the checks measured; ``regression_refit``: the saved one, to every training row; ``interval_floor``:
+    the widths floored at the warm start's out-of-fold error, for a table too small for ``interval_check``."""
 
     output_dir: Path
     final_dir: Path
@@ -626,6 +670,7 @@ class TrainingResult:
     resumed_from: str | None = None
     message: str | None = None
     interval_check: IntervalCheckReport | None = None
+    interval_floor: IntervalFloorReport | None = None
     location_check: LocationCheckReport | None = None
     regression_refit: WarmStartReport | None = None
     regression_refit_before: WarmStartReport | None = None
@@ -709,12 +754,13 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         pad_id = tokenizer.eos_token_id
     if config.uses_feature_cache(int(os.environ.get("WORLD_SIZE", "1"))):
         train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
+    warm = None
     if plan.checkpoint is None and plan.final_from is None:  # a fresh start (a resumed run has its heads)
-        warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
+        warm = warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
                    config.eval_batch_size or config.batch_size,
                    regression_ridge=config.regression_warm_start or None,  # false: off
                    num_token_ridge=config.num_token_warm_start or None,
-                   progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))
+                   progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))["regression"]
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
@@ -740,6 +786,10 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         output_dir.mkdir(parents=True, exist_ok=True)
         clear_for_run(plan, output_dir)
         write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(saved_settings(config), sort_keys=False))
+        if plan.checkpoint is None and plan.final_from is None:
+            save_warm_start(output_dir, warm)
+    if plan.checkpoint is not None or plan.final_from is not None:
+        warm = load_warm_start(output_dir)
     trainer.accelerator.wait_for_everyone()
     if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
         if trainer.is_world_process_zero():  # a kill between publishing it and rotating may have left one more
@@ -755,6 +805,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
                                         report=tells, with_slice=False)  # the checks measure the saved read-out
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
     checked = run_interval_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)
+    floored = run_interval_floor(model, config, tokenizer, train_docs, check_docs, warm, pad_id, tells)
     refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
                                  tells, before=refit_before)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)
@@ -769,6 +820,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         resumed_from=plan.checkpoint,
         message=plan.message,
         interval_check=checked,
+        interval_floor=floored,
         location_check=located,
         regression_refit=refit,
         regression_refit_before=refit_before,
