@@ -171,6 +171,21 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     assert resumed.interval_floor.scale_factor == pytest.approx(floor.scale_factor, rel=1e-4)
 
 
+def test_a_warm_start_report_that_is_not_one_is_refused_by_name(tmp_path):
+    from causal_qwen.training.training import WARM_START_FILE, load_warm_start, save_warm_start
+    from causal_qwen.training.warm_start import WarmStartReport
+
+    assert load_warm_start(tmp_path) is None  # a run folder of an earlier version: no floor, no error
+    report = WarmStartReport(numbers=30, scored=10, ridge=1.0, train_mdae=1.5, out_of_fold_mdae=2.5, seconds=0.1)
+    save_warm_start(tmp_path, report)
+    assert load_warm_start(tmp_path) == report
+    (tmp_path / WARM_START_FILE).write_text('{"numbers": 3}', encoding="utf-8")
+    with pytest.raises(ValueError, match="warm_start.json is not a warm start report"):
+        load_warm_start(tmp_path)
+    save_warm_start(tmp_path, None)  # a run without a warm start leaves no report of an earlier one
+    assert not (tmp_path / WARM_START_FILE).exists()
+
+
 @pytest.mark.parametrize("frozen", [False, True], ids=["backbone-trains", "features-cached"])
 def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_checks(tmp_path, monkeypatch, frozen):
     """``refit_after_check: true``: before the checks the read-out is refitted to the rows trained on, so that the

@@ -757,10 +757,10 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     warm = None
     if plan.checkpoint is None and plan.final_from is None:  # a fresh start (a resumed run has its heads)
         warm = warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
-                   config.eval_batch_size or config.batch_size,
-                   regression_ridge=config.regression_warm_start or None,  # false: off
-                   num_token_ridge=config.num_token_warm_start or None,
-                   progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))["regression"]
+                          config.eval_batch_size or config.batch_size,
+                          regression_ridge=config.regression_warm_start or None,  # false: off
+                          num_token_ridge=config.num_token_warm_start or None,
+                          progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))["regression"]
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
