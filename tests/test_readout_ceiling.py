@@ -4,6 +4,7 @@ preset (figures meaningless)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -59,6 +60,16 @@ def test_quick_run_prints_every_table(ceiling_bench, capsys, tmp_path):
         assert figures["cauchy"]["best_mdae"] <= figures["cauchy"]["auto_mdae"]
         assert figures["numbers"]["slice"] >= 8 and figures["held_over_slice"] > 0
     assert "the best ridge reaches the best simple baseline on" in captured.err
+
+
+def test_a_second_set_table_too_small_for_a_slice_is_read(ceiling_bench, capsys, tmp_path):
+    """ohlc (second set, 22 training rows): no check slice, so no held / slice ratio; every other figure is there."""
+    assert ceiling_bench.main(["--base", "random:tiny", "--quick", "--json", "--tables", "ohlc",
+                               "--workdir", str(tmp_path)]) == 0
+    ohlc = json.loads(capsys.readouterr().out)["tables"]["ohlc"]
+    assert ohlc["numbers"]["slice"] == 0 and ohlc["numbers"]["kept"] == 22
+    assert ohlc["slice_mdae"] is None and ohlc["held_over_slice"] is None
+    assert ohlc["horizon_slice"] is not None and math.isfinite(ohlc["auto_mdae"])
 
 
 def test_bad_arguments_are_refused(ceiling_bench, tmp_path):
