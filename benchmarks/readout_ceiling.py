@@ -8,8 +8,9 @@ The pretrained recipe keeps Qwen's backbone frozen and reads each number out of 
 it trains on; after training refitted to those rows for the interval check, then to every training row), so the
 ridge fit *is* the recipe's point forecast. Like the recipe, every fit here reads the targets (every number when
 fewer than ten are targets: `warm_start.scored_numbers`). This benchmark
-reads the base's features at every number of each unseen table (`benchmarks/unseen_tables.py`; the same
-documents, split and check slice as ``causal-qwen train`` with the recipe) and prints, per table:
+reads the base's features at every number of each unseen table (`benchmarks/unseen_tables.py`: issue 31's six
+by default, the second set's by name; the same documents, split and check slice as ``causal-qwen train`` with the
+recipe) and prints, per table:
 
 - the held-out MdAE of the ridge fit to every training row at each ``λ`` of `LAMBDAS`;
 - ``auto``: the ``λ`` the recipe chooses (`warm_start.choose_ridge` on the rows trained on, the targets scored) and
@@ -20,7 +21,8 @@ documents, split and check slice as ``causal-qwen train`` with the recipe) and p
 - ``held / slice``: the held-out MdAE of the ``auto`` read-out over the check slice's MdAE of the read-out fitted
   before the slice. A 50% interval of constant width covers half of the held-out numbers when its half-width is
   their MdAE, and the interval check can only learn the slice's errors, so this ratio is the factor by which a
-  width measured on the training rows falls short (1: the slice foresees the held-out errors).
+  width measured on the training rows falls short (1: the slice foresees the held-out errors); none for a table
+  too small for a slice (ohlc).
 
 Three other read-outs answer "would another fit do better?" (`variants`), each on the same features:
 
