@@ -18,6 +18,9 @@ recipe) and prints, per table:
   answers*, which no rule can beat, so a table where ``best`` stays above a baseline is out of reach of any choice
   of ridge on these features;
 - the simple baselines of issue 31's check (training median, per-group median, last value seen per group);
+- ``smallest_out_of_fold``: the ``λ`` of `warm_start.RIDGE_GRID` with the smallest out-of-fold error (the rule
+  without `choose_ridge`'s one-standard-error step toward stronger ridges) and its held-out MdAE; the errors
+  themselves in ``out_of_fold_by_ridge``;
 - ``held / slice``: the held-out MdAE of the ``auto`` read-out over the check slice's MdAE of the read-out fitted
   before the slice. A 50% interval of constant width covers half of the held-out numbers when its half-width is
   their MdAE, and the interval check can only learn the slice's errors, so this ratio is the factor by which a
@@ -129,12 +132,18 @@ def ceiling(numbers: dict[str, dict[str, Tensor]]) -> dict[str, Any]:
     kept, check, held = numbers["kept"], numbers["slice"], numbers["held"]
     every = fitted({key: torch.cat([kept[key], check[key]]) for key in kept})  # the refit's rows: kept and slice
     trained = fitted(kept)  # the rows the ridge is chosen on and the first refit reads
-    auto, _ = choose_ridge(trained["X"], trained["y"])
+    auto, out_of_fold = choose_ridge(trained["X"], trained["y"])
     by_ridge = {f"{ridge:g}": target_mdae(held, *ridge_fit(every["X"], every["y"], ridge)) for ridge in LAMBDAS}
     best = min(LAMBDAS, key=lambda ridge: by_ridge[f"{ridge:g}"])
     figures = {"numbers": {name: int(part["is_target"].sum()) for name, part in numbers.items()},
                "held_mdae_by_ridge": by_ridge, "auto_ridge": auto, "auto_mdae": by_ridge[f"{auto:g}"],
-               "best_ridge": best, "best_mdae": by_ridge[f"{best:g}"], "slice_mdae": None, "held_over_slice": None}
+               "best_ridge": best, "best_mdae": by_ridge[f"{best:g}"], "slice_mdae": None, "held_over_slice": None,
+               "out_of_fold_by_ridge": out_of_fold, "smallest_out_of_fold_ridge": None,
+               "smallest_out_of_fold_mdae": None}
+    if out_of_fold:  # the ridge of the smallest e(λ), without the one-standard-error step toward stronger ones
+        smallest = float(min(out_of_fold, key=out_of_fold.get))
+        figures["smallest_out_of_fold_ridge"] = smallest
+        figures["smallest_out_of_fold_mdae"] = by_ridge[f"{smallest:g}"]
     if bool(check["is_target"].any()):
         figures["slice_mdae"] = target_mdae(check, *ridge_fit(trained["X"], trained["y"], auto))
         figures["held_over_slice"] = figures["auto_mdae"] / max(figures["slice_mdae"], 1e-12)
@@ -256,6 +265,9 @@ def format_figures(name: str, figures: dict[str, Any]) -> str:
             f"{figures['best_mdae']:.4g}; simple baselines: {simple} (best {figures['best_simple']:.4g}: "
             f"{'reached' if figures['best_mdae'] <= figures['best_simple'] else 'out of reach'})\n"
             f"    held / slice MdAE of the auto read-out: {ratio}"
+            + ("" if figures["smallest_out_of_fold_ridge"] is None else
+               f"\n    smallest out-of-fold error (no one-standard-error step): λ "
+               f"{figures['smallest_out_of_fold_ridge']:g}: {figures['smallest_out_of_fold_mdae']:.4g}")
             + "".join(f"\n    {line}" for line in variant_lines(figures)))
 
 

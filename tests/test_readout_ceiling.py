@@ -59,6 +59,10 @@ def test_quick_run_prints_every_table(ceiling_bench, capsys, tmp_path):
         assert figures["best_mdae"] <= figures["auto_mdae"]
         assert figures["cauchy"]["best_mdae"] <= figures["cauchy"]["auto_mdae"]
         assert figures["numbers"]["slice"] >= 8 and figures["held_over_slice"] > 0
+        smallest = figures["smallest_out_of_fold_ridge"]  # the grid's smallest e(λ), read from its own table
+        assert figures["out_of_fold_by_ridge"][f"{smallest:g}"] == min(figures["out_of_fold_by_ridge"].values())
+        assert figures["smallest_out_of_fold_mdae"] == figures["held_mdae_by_ridge"][f"{smallest:g}"]
+        assert smallest <= figures["auto_ridge"]  # the one-standard-error step only strengthens
     assert "the best ridge reaches the best simple baseline on" in captured.err
 
 
