@@ -24,11 +24,12 @@ when that takes at most a quarter of them) to check the number locations and the
 after training: the width is rescaled when it is off (``interval_check``); ``location_check: true`` (opt-in, not
 part of either recipe) also shrinks the locations toward the training median when that clearly predicts the kept
 rows better. A table too small for such a slice trains on every row, and its widths are floored at the regression
-warm start's out-of-fold error (`interval_check.floor_intervals`). The pretrained recipe refits its regression read-out to the rows trained on before the checks, so
-that they measure the read-out it saves, and to every training row after them, the kept ones included
-(``refit_after_check``): on frozen features the read-out is the ridge fit, and after a time split the latest rows
-are the ones a forecast needs most. The random recipe does not: its read-out is trained together with
-its backbone, and a ridge refit undid that (docs/benchmarks.md, "Tables nobody tuned for").
+warm start's out-of-fold error (`interval_check.floor_intervals`). The pretrained recipe refits its regression
+read-out to the rows trained on before the checks, so that they measure the read-out it saves, and to every
+training row after them, the kept ones included (``refit_after_check``): on frozen features the read-out is the
+ridge fit, and after a time split the latest rows are the ones a forecast needs most. The random recipe does not:
+its read-out is trained together with its backbone, and a ridge refit undid that (docs/benchmarks.md, "Tables
+nobody tuned for").
 """
 
 from __future__ import annotations

@@ -754,8 +754,9 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         pad_id = tokenizer.eos_token_id
     if config.uses_feature_cache(int(os.environ.get("WORLD_SIZE", "1"))):
         train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
+    fresh_start = plan.checkpoint is None and plan.final_from is None  # a resumed run has its heads
     warm = None
-    if plan.checkpoint is None and plan.final_from is None:  # a fresh start (a resumed run has its heads)
+    if fresh_start:
         warm = warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
                           config.eval_batch_size or config.batch_size,
                           regression_ridge=config.regression_warm_start or None,  # false: off
@@ -786,9 +787,9 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         output_dir.mkdir(parents=True, exist_ok=True)
         clear_for_run(plan, output_dir)
         write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(saved_settings(config), sort_keys=False))
-        if plan.checkpoint is None and plan.final_from is None:
+        if fresh_start:
             save_warm_start(output_dir, warm)
-    if plan.checkpoint is not None or plan.final_from is not None:
+    if not fresh_start:
         warm = load_warm_start(output_dir)
     trainer.accelerator.wait_for_everyone()
     if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
