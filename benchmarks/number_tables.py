@@ -506,10 +506,12 @@ def convert_real(base: str, workdir: Path, progress) -> Path:
 
 
 def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick: bool = False,
-               real_base: str | None = None, real_settings: dict | None = None, keep_runs: bool = True) -> dict[str, Any]:
+               real_base: str | None = None, real_settings: dict | None = None, keep_runs: bool = True,
+               overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ...}`` for the unseen tables ``names``, every
-    CausalQwen with the library's default recipe (the real weights on `REAL_WEIGHT_TABLES`, with
-    ``real_settings`` over their recipe: ``--real-set``)."""
+    CausalQwen with the library's default recipe: the tiny default with ``overrides[""]`` and ``overrides[NAME]``
+    over it (``--set``), the real weights on `REAL_WEIGHT_TABLES` with ``real_settings`` over theirs
+    (``--real-set``)."""
     unseen_tables = _unseen_tables()
     REAL_WEIGHT_TABLES, ALL_TABLES = unseen_tables.REAL_WEIGHT_TABLES, unseen_tables.ALL_TABLES
     real_converted = convert_real(real_base, workdir, progress) if real_base is not None else None
@@ -518,7 +520,8 @@ def run_unseen(names: list[str], converted: Path, workdir: Path, progress, quick
         table = ALL_TABLES[name]()
         if quick:
             table.rows = table.train_rows()[-64:] + table.held_out_rows()[:32]
-        settings = dict(QUICK_TRAINING) if quick else {}
+        settings = {**(QUICK_TRAINING if quick else {}), **(overrides or {}).get("", {}),
+                    **(overrides or {}).get(name, {})}
         real = real_converted if name in REAL_WEIGHT_TABLES else None
         checks = {**UNSEEN_ACCEPTANCE, **(UNSEEN_REAL_ACCEPTANCE if real is not None else {})}
         tables[name] = run_table(table, converted, workdir, settings, progress, acceptance=checks,
@@ -809,14 +812,30 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             raise ValueError(f"--set wants [TABLE:]KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         scope, _, key = key.rpartition(":")
-        if scope and scope not in TABLE_NAMES:
-            raise ValueError(f"--set: unknown table {scope!r} (tables: {', '.join(TABLE_NAMES)})")
+        known = (*TABLE_NAMES, *_unseen_tables().ALL_TABLES)
+        if scope and scope not in known:
+            raise ValueError(f"--set: unknown table {scope!r} (tables: {', '.join(known)})")
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:  # e.g. a sentence template with {fields}: keep the text
             parsed = value
         overrides.setdefault(scope, {})[key] = parsed
     return overrides
+
+
+def unseen_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set [TABLE:]KEY=VALUE`` for the unseen tables' tiny default: ``{TABLE or "": {KEY: VALUE}}``, each
+    value read and checked as `causal-qwen train --set` reads it (ValueError naming a wrong key or value), before
+    any table's minutes are spent."""
+    from causal_qwen.training.train_config import load_train_config
+
+    by_scope: dict[str, list[str]] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        scope, _, key = key.rpartition(":")
+        by_scope.setdefault(scope, []).append(f"{key}={value}")
+    return {scope: checked_settings(scoped, load_train_config(REAL_WEIGHTS["example"], scoped))
+            for scope, scoped in by_scope.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -833,7 +852,9 @@ def main(argv: list[str] | None = None) -> int:
                              "default: issue 31's six), 'second' (five more, never used to choose a setting), or "
                              "names; with --real-base the real weights train on each of them")
     parser.add_argument("--set", action="append", default=[], metavar="[TABLE:]KEY=VALUE",
-                        help="change a training setting (all tables, or TABLE's only)")
+                        help="change a training setting (all tables, or TABLE's only): over the tuned settings of "
+                             "the three tables, and over the tiny default's recipe on the unseen tables (a "
+                             "`TrainConfig` key, e.g. location_check=true; --real-set for the real weights)")
     parser.add_argument("--real-base", default=None, metavar="PATH",
                         help="also run the real weights (a Qwen2.5 .gguf): against a Qwen writing digits on "
                              "seattle-weather, or with --unseen on the unseen tables")
@@ -856,10 +877,11 @@ def main(argv: list[str] | None = None) -> int:
             unseen_names = unseen_selection(args.unseen)
         except ValueError as error:
             parser.error(f"--unseen: {error}")
-    if args.recipe == "default" and args.set:
+    if args.recipe == "default" and args.set and tables:
         parser.error("--set changes the tuned settings; --recipe default uses the library's recipe alone")
     try:
         overrides = parse_overrides(args.set)
+        tiny_overrides = unseen_overrides(args.set) if unseen_names else {}
     except ValueError as error:
         parser.error(str(error))
     if args.real_base is not None and not Path(args.real_base).is_file():
@@ -905,8 +927,8 @@ def main(argv: list[str] | None = None) -> int:
         result["acceptance"] = {name: all(t["acceptance"].values()) for name, t in result["tables"].items()}
         if unseen_names:
             unseen = run_unseen(unseen_names, converted, workdir, progress, quick=args.quick, real_base=args.real_base,
-                                keep_runs=keep_runs,
-                                real_settings=real_settings)
+                                keep_runs=keep_runs, real_settings=real_settings, overrides=tiny_overrides)
+            result["unseen_settings"] = tiny_overrides
             result["unseen"], result["unseen_acceptance"] = unseen["tables"], unseen["acceptance"]
             result["unseen_calibrated_chance"] = unseen["calibrated_chance"]
             result["real_settings"] = real_settings

@@ -317,3 +317,20 @@ def test_unseen_selection_names_the_sets(bench, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--unseen", "iris,no-such-table"])
     assert "no-such-table" in capsys.readouterr().err
+
+
+def test_set_reaches_the_unseen_tables_tiny_default(bench, capsys, tmp_path):
+    """With --unseen, --set changes the tiny default's recipe on every unseen table (or TABLE's only), its values
+    read as `causal-qwen train --set` reads them; a wrong key fails at once (exit 2)."""
+    assert bench.unseen_overrides(["max_steps=3", "la-riots:location_check=true", "learning_rate=1e-4"]) == {
+        "": {"max_steps": 3, "learning_rate": 1e-4}, "la-riots": {"location_check": True}}
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--unseen", "la-riots", "--set", "max_stepz=3", "--workdir", str(tmp_path / "w")])
+    assert stopped.value.code == 2 and "max_stepz" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing started
+    assert bench.main(["--unseen", "la-riots", "--quick", "--json", "--set", "la-riots:max_steps=3",
+                       "--set", "location_check=true"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    riots = result["unseen"]["la-riots"]["causal_qwen"]
+    assert riots["steps"] == 3 and result["unseen_settings"]["la-riots"] == {"max_steps": 3}
+    assert riots["location_check"] is not None  # the opt-in check ran on the slice
