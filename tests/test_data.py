@@ -149,6 +149,17 @@ def test_random_split_is_seeded_and_disjoint():
     assert a == b and len(a[1]) == 5 and not set(map(id, a[0])) & set(map(id, a[1]))
 
 
+def test_split_by_two_digit_year_dates_and_a_bad_date_named_with_the_files_values():
+    docs = docs_with_dates(["17-Sep-03", "18-Sep-03", "22-Sep-03", "2-Jan-04"])
+    train, valid = split_documents(docs, SplitSpec(split_by="Date", split_at="2003-09-20"))
+    assert [d.split_value for d in train] == ["17-Sep-03", "18-Sep-03"] and len(valid) == 2
+    bad = docs_with_dates(["17-Sep-03", "18-Sep-03", "Sep 19th"])
+    with pytest.raises(ValueError, match=r"x: row 3: split_by column 'Date' holds 'Sep 19th', which is not a number "
+                                         r"and not a date written like the rows before it \('17-Sep-03', read as "
+                                         r"%d-%b-%y\); the date spellings read are %Y-%m-%d, .*%d-%b-%y"):
+        split_documents(bad, SplitSpec(split_by="Date", split_at="2003-09-20"))
+
+
 def test_split_that_leaves_nothing_is_an_error():
     docs = docs_with_dates(["2014/01/01"])
     with pytest.raises(ValueError, match="leaves no validation rows"):
@@ -243,6 +254,11 @@ def test_recipe_fills_what_the_config_leaves_out_by_the_kind_of_base(tmp_path):
     assert load_train_config(write(tmp_path / "l.yaml", four + "model: q.gguf\nlora: true\n")).freeze_backbone is False
     with pytest.raises(ValueError, match="recipe must be auto, random or pretrained"):
         load_train_config(write(tmp_path / "bad.yaml", four + "recipe: fast\n"))
+    # each config file trains into a folder of its own name unless it names one
+    assert (random_run.output_dir, real.output_dir) == (str(Path("runs") / "r"), str(Path("runs") / "p"))
+    named = load_train_config(write(tmp_path / "n.yaml", four + "output_dir: out/here\n"), ["max_steps=2"])
+    assert named.output_dir == "out/here"
+    assert load_train_config(tmp_path / "r.yaml", ["output_dir=elsewhere"]).output_dir == "elsewhere"
     # a saved run's config (every value set) reloads as it was
     again = load_train_config(write(tmp_path / "again.yaml", yaml.safe_dump(real.to_dict())))
     assert again.to_dict() == real.to_dict() and again.recipe_filled == []

@@ -78,16 +78,44 @@ def test_cells_the_grammar_reads_as_their_number_give_no_warning(tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
         docs = read_documents(shop_source(path))
     assert docs[0].target_value == float(cell.replace(",", ""))
-    assert "does not read as the one number" not in caplog.text
+    assert "does not read" not in caplog.text
 
 
-def test_cell_the_grammar_reads_as_text_still_warns(tmp_path, caplog):
+def test_numeric_cell_the_grammar_reads_as_text_warns_once(tmp_path, caplog):
     path = tmp_path / "shop.csv"
-    path.write_text(shop_csv(sold={0: "007"}), encoding="utf-8")
+    path.write_text(shop_csv().replace("2024-01-01,90,", "2024-01-01,090,", 1), encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
         docs = read_documents(shop_source(path))
-    assert docs[0].target_value == 7.0
-    assert "does not read as the one number" in caplog.text
+    assert docs[0].target_value == 20.0 and docs[0].target_ordinal == 0  # "090" stays text: "20.0" is the first
+    assert caplog.text.count("does not read as one number") == 1 and "'visitors'" in caplog.text
+
+
+def test_target_cell_the_grammar_reads_as_text_is_a_bad_row(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={0: "007"}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 1 \(line 2\).*does not read the target field 'sold' \('007'\)"):
+        read_documents(shop_source(path))
+    docs = read_documents(shop_source(path, skip_bad_rows=True))
+    assert len(docs) == 39 and docs[0].row == 2
+
+
+@pytest.mark.parametrize(("template", "ordinal"), [("s1 {visitors} v2 {sold}", 1), ("x1: {sold}", 0)])
+def test_a_label_ending_in_a_digit_does_not_hide_the_number_after_it(tmp_path, caplog, template, ordinal):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(DataSource(path=str(path), template=template, target="sold"))
+    assert docs[1].target_value == 20.3 and docs[1].target_ordinal == ordinal
+    assert "does not read" not in caplog.text
+
+
+@pytest.mark.parametrize("template", ["On {day} item-{sold} sold", "sold {sold}_units", "v{sold}"])
+def test_target_glued_to_the_template_text_stops_with_the_text(tmp_path, template):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 1 \(line 2\): the tokenizer does not read the target field 'sold' "
+                                         r"\('20.0'\) as one number in the text"):
+        read_documents(DataSource(path=str(path), template=template, target="sold"))
 
 
 def test_unquoted_yaml_date_split_at_is_iso_text(tmp_path):
@@ -110,3 +138,11 @@ def test_unquoted_yaml_date_split_at_is_iso_text(tmp_path):
     train, validation = split_documents(read_documents(shop_source(data)), SplitSpec(split_by="day",
                                                                                      split_at=timed.split_at))
     assert (len(train), len(validation)) == (32, 8)
+
+
+def test_a_column_with_a_dot_in_its_name_is_explained(tmp_path):
+    path = tmp_path / "stocks.csv"
+    path.write_text("Date,Adj. Close\n2024-01-02,10.5\n2024-01-03,11.0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"template field '\{Adj\. Close\}': a '\.' or '\[' in a field name .*"
+                                         r"'Adj'.*rename the column"):
+        read_documents(DataSource(path=str(path), template="On {Date} it closed at {Adj. Close}", target="Adj. Close"))

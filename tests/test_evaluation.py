@@ -503,3 +503,15 @@ def test_best_scale_interval_log_mass():
         y = torch.distributions.Cauchy(e, gammas)
         searched = (y.cdf(torch.tensor(0.05, dtype=torch.float64)) - y.cdf(torch.tensor(-0.05, dtype=torch.float64))).max()
         assert float(got) == pytest.approx(math.log(float(searched)), rel=1e-6)
+
+
+def test_training_median_baseline_by_hand():
+    from causal_qwen.training.data import Document
+
+    def docs(values):
+        return [Document(text="t", source="s", row=i, target_value=v) for i, v in enumerate(values)]
+
+    # training median 3; errors |10-3|, |2-3|, |4-3| = 7, 1, 1: median 1
+    assert evaluation.training_median_mdae(docs([1.0, 3.0, 5.0]), docs([10.0, 2.0, 4.0])) == 1.0
+    assert evaluation.training_median_mdae([], docs([1.0])) is None
+    assert evaluation.training_median_mdae(docs([None]), docs([1.0])) is None

@@ -244,6 +244,24 @@ def test_different_seeds_give_different_individuals():
     assert not torch.equal(runs[0].individual[0], runs[0].individual[1])
 
 
+@pytest.mark.parametrize("scope", ["token", "sequence"])
+def test_a_prompt_writes_the_same_text_for_a_seed_whatever_else_is_in_the_batch(scope):
+    model = perturb(convert(small_qwen(), ovr_calibration="none"))  # the prompts matter, and so does the individual
+    options = dict(mode="causal", individual_scope=scope, causal_temperature=0.3, max_new_tokens=8, eos_token_id=[])
+    ids, mask = left_padded_ids()  # (3,7), rows 1 and 2 padded
+    batch = generate_ids(model, ids, mask, seed=4, **options)
+    for row in range(3):  # row i draws from seed + i: alone with that seed, or first in another batch
+        alone_ids = ids[row : row + 1, mask[row].bool()]
+        alone = generate_ids(model, alone_ids, seed=4 + row, **options)
+        assert torch.equal(alone.token_ids[0], batch.token_ids[row]), row
+    others = torch.randint(1, 400, (2, 7), generator=torch.Generator().manual_seed(5))
+    mixed = generate_ids(model, torch.cat([ids[2:], others]), torch.cat([mask[2:], torch.ones_like(others)]), seed=6,
+                         **options)
+    assert torch.equal(mixed.token_ids[0], batch.token_ids[2])
+    copies = generate_ids(model, ids[:1].expand(4, -1), seed=4, **options)  # one prompt four times: four draws
+    assert len({tuple(row.tolist()) for row in copies.token_ids}) > 1
+
+
 def recorded_individuals(model):
     """The standard-Cauchy coordinates c (B,C) handed to every forward pass of a generation (a pre-hook)."""
     seen: list[torch.Tensor] = []

@@ -180,6 +180,9 @@ MORE_CASES = [
     ("Octopus 5, Summary 3", [(5.0, "5"), (3.0, "3")]),
     # identifiers and glued forms
     ("COVID-19 and B-52", []),
+    ("s1 157.0, x2 3", [(157.0, "157.0"), (3.0, "3")]),  # a label glues only up to the space after it
+    ("COVID-19 2020 and v2 1 000 000", [(2020.0, "2020"), (1000000.0, "1 000 000")]),
+    ("x1 000", []),  # what follows the space is read on its own: a leading zero
     ("H2O, CO2, mp3", []),
     ("v2 and v.5", []),
     ("x_1 and 1_000", []),

@@ -292,3 +292,10 @@ def test_readme_python_names_exist():
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported:
             assert hasattr(imported[node.value.id], node.attr), f"{node.value.id}.{node.attr}"
+
+
+def test_readme_python_runs_and_decodes_the_generated_text(capsys):
+    (code,) = blocks("python")
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("['The item costs 99.99 dollars."), printed

@@ -476,7 +476,7 @@ def test_date_split_parses_dates_and_reports_sizes(tmp_path, finished_run):
     table = tmp_path / "t.csv"
     table.write_text("date,v\n2012-01-01,1\n2012-01-02,2\nsoon,3\n2012-01-04,4\n", encoding="utf-8")
     documents = read_documents(DataSource(path=str(table), template="{v}", split_by="date"))
-    with pytest.raises(ValueError, match=r"row 3: split_by column 'date' holds 'soon', which is not a date"):
+    with pytest.raises(ValueError, match=r"row 3: split_by column 'date' holds 'soon', which is not a number and not a date"):
         split_documents(documents, SplitSpec(split_by="date", split_at="2012-01-03"))
     with pytest.raises(ValueError, match=r"split_at 'next year' is not a date"):
         split_documents(stocks, SplitSpec(split_by="date", split_at="next year"))
@@ -537,10 +537,27 @@ def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path
     assert any(line.startswith("numbers scored: the target field") and line.endswith(" value") for line in out.splitlines())
     metrics = json.loads(report.read_text())
     assert metrics["documents"] == 5 and metrics["num_count"] == 5 and metrics["number_target"] == "value"
+    assert metrics["num_mdae_training_median"] > 0 and "forecasting the training rows' median" in out
     assert cli_main(["eval", "--config", str(finished_run / "train_config.yaml"), "--model", str(finished_run / "final"),
                      "--metrics", "numbers", "--all-numbers", "--json", str(report)]) == 0
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 10 and "number_target" not in metrics  # day and value of 5 documents
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_eval_says_when_it_scores_trained_rows_or_another_target(finished_run, tmp_path, capsys):
+    from causal_qwen.cli import main as cli_main
+
+    saved = yaml.safe_load((finished_run / "train_config.yaml").read_text())
+    unsplit = tmp_path / "unsplit.yaml"
+    unsplit.write_text(yaml.safe_dump({**saved, "validation_split": 0.0, "split_by": None, "split_at": None}))
+    model = str(finished_run / "final")
+    assert cli_main(["eval", "--config", str(unsplit), "--model", model, "--metrics", "numbers"]) == 0
+    out = capsys.readouterr().out
+    assert "every row" in out and "note: the run trained on every row of" in out and "not a forecast" in out
+    assert cli_main(["eval", "--model", model, "--metrics", "numbers", "--target", "day"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the run's intervals were fitted and checked for 'value', not 'day'" in out
 
 
 # ---- generation within the model's positions ---------------------------------------------------------------

@@ -134,6 +134,9 @@ def test_resume_matches_uninterrupted_run(assets, tmp_path):
     assert (interrupted / "checkpoint-2").is_dir() and not (interrupted / "checkpoint-4").exists()
     with pytest.raises(ValueError, match="already holds checkpoints.*--resume"):
         run_training(config(assets, interrupted, **common))
+    with pytest.raises(ValueError, match=r"--resume: .* other settings \(template: .* there, 'Seen {x} now' now; "
+                                         r"max_length: 32 there, 16 now\).*train_config.yaml"):
+        run_training(config(assets, interrupted, **common, template="Seen {x} now", max_length=16), resume=True)
     resumed = run_training(config(assets, interrupted, **common), resume=True)
 
     assert resumed.global_step == 4

@@ -150,9 +150,23 @@ def data_spec(args: argparse.Namespace):
         target=pick(args.target, "target", None), **{"split_by": split_by, "split_at": args.split_at, **split},
     )
     if path is not None:  # on stdout, unless the metrics go there as JSON
-        print(f"settings from {path}: {_describe_spec(spec, split)}",
-              file=sys.stderr if getattr(args, "json", None) == "-" else sys.stdout)
+        out = sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
+        print(f"settings from {path}: {_describe_spec(spec, split)}", file=out)
+        for note in _scoring_notes(config, data, spec, from_config, split):
+            print(f"note: {note}", file=out)
     return spec
+
+
+def _scoring_notes(config, data: str, spec, from_config: bool, split: dict) -> list[str]:
+    """What makes the figures mean less than a forecast's: rows the model trained on, a field it was not fitted to."""
+    notes = []
+    if from_config and _same_file(data, (config.data,)) and not split and spec.split_at is None:
+        notes.append(f"the run trained on every row of {data} (its config holds no validation split): these figures "
+                     "measure the fit to rows it has seen, not a forecast")
+    if config.target and spec.target and spec.target != config.target:
+        notes.append(f"the run's intervals were fitted and checked for '{config.target}', not '{spec.target}': "
+                     f"the coverage of '{spec.target}' is not calibrated")
+    return notes
 
 
 def _same_file(data: str, names: tuple) -> bool:
@@ -200,7 +214,7 @@ def check_writable_file(path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evaluation.evaluation import checked_metrics, evaluate_data
+    from ..evaluation.evaluation import checked_metrics, evaluate_documents, load_split_documents, training_median_mdae
 
     check_writable_file(args.json)
     if args.batch_size < 1:
@@ -208,9 +222,13 @@ def run(args: argparse.Namespace) -> int:
     placement(args)  # a bad --device/--dtype fails before the data is read
     spec = data_spec(args)
     model, tokenizer = load_model(args)
-    result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
-                           language=args.metrics != "numbers", bits=args.metrics != "numbers")
+    training, documents = load_split_documents(spec)
+    result = evaluate_documents(model, tokenizer, documents, batch_size=args.batch_size, max_length=spec.max_length,
+                                add_eos=spec.add_eos, language=args.metrics != "numbers",
+                                bits=args.metrics != "numbers", target=spec.target)
     metrics = result.metrics(number_index=args.number_index, metric_set=args.metrics, all_numbers=args.all_numbers)
+    if metrics.get("number_target") is not None and training:
+        metrics["num_mdae_training_median"] = training_median_mdae(training, documents)
     metrics = checked_metrics(metrics, source=f"model {args.model or args.base!r}")
     metrics["model"] = args.model or args.base
     metrics["data"] = spec.path
@@ -243,6 +261,7 @@ def format_metrics(metrics: dict) -> str:
         ("num_count", "number targets"),
         ("number_target", "numbers scored: the target field"),
         ("num_mdae", "median absolute error of loc_Y"),
+        ("num_mdae_training_median", "the same, forecasting the training rows' median"),
         ("num_mape", "MAPE of loc_Y (%)"),
         ("num_log_score", "log score (mean Cauchy NLL)"),
         ("num_median_scale", "median scale_Y"),

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.add_argument("--mode", default="standard", help=f"one of {', '.join(MODES)} (default: standard)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
     parser.add_argument("--min-new-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the individual (causal) or of sampling")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the individuals (causal; prompt i draws from SEED + i) or of sampling")
     parser.add_argument("--temperature", type=float, default=None, help="traditional mode: softmax temperature")
     parser.add_argument("--top-k", type=int, default=None, help="traditional mode: keep the k most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, help="traditional mode: nucleus probability")
@@ -42,9 +42,8 @@ def register(subparsers) -> None:
                         help="causal mode: the individual's spread τ (default: the model's calibrated value)")
     parser.add_argument("--individual", default=None, metavar="FILE",
                         help="causal mode, sequence scope: replay ε from this JSON file")
-    parser.add_argument(
-        "--save-individual", default=None, metavar="FILE", help="causal mode: write the individuals ε to FILE (JSON)"
-    )
+    parser.add_argument("--save-individual", default=None, metavar="FILE",
+                        help="causal mode, sequence scope: write the individuals ε to FILE (JSON)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of streaming text")
     parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt(s), generated as one left-padded batch")
     parser.set_defaults(func=run)

@@ -231,7 +231,9 @@ class DecodingState:
     generated ``<NUM>`` (the population's, which sets the precision it is written with; NaN elsewhere); pending,
     pending_scale: (B,) what a ``<NUM>`` chosen at the last step carries; scope, temperature τ, seed of causal mode;
     individual: ε (B,C) of the sequence scope (None for the token scope: its draws replay from ``seed``);
-    generator: the token scope's source of ε.
+    generators: the source of ε of each row, row ``i`` seeded with ``seed + i``: a prompt writes the same text for
+    its row's seed whatever else is in the batch (alone, with ``--seed`` that seed), and copies of one prompt in a
+    batch draw differently.
     """
 
     mode: str
@@ -242,7 +244,7 @@ class DecodingState:
     temperature: float = 1.0
     seed: int | None = None
     individual: Tensor | None = None
-    generator: torch.Generator | None = None
+    generators: list[torch.Generator] = field(default_factory=list)
     pending: Tensor | None = None
     pending_scale: Tensor | None = None
     _coordinates: Tensor | None = field(default=None, repr=False)
@@ -263,10 +265,10 @@ class DecodingState:
         state.temperature = float(getattr(model.config, "causal_temperature", 1.0) if temperature is None else temperature)
         state.scope, state.seed = scope, draw_seed(seed)
         batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
-        state.generator = torch.Generator(device=device).manual_seed(state.seed)
+        state.generators = [torch.Generator(device=device).manual_seed(state.seed + row) for row in range(batch)]
         if scope == "sequence":
             if individual is None:
-                individual = sample_individual(batch, causal_size, state.generator, device)
+                individual = state.draw(causal_size, device)  # (B,C)
             else:
                 state.seed = None  # nothing is drawn: the individual given is the whole story
             state.individual = check_individual(individual, batch, causal_size, device)  # (B,C)
@@ -277,7 +279,11 @@ class DecodingState:
         """c (B,C) of the next step: the sequence's own, or a fresh draw for every position (token scope)."""
         if self.scope == "sequence":
             return self._coordinates
-        return cauchy_coordinates(sample_individual(batch, causal_size, self.generator, device))
+        return cauchy_coordinates(self.draw(causal_size, device))
+
+    def draw(self, causal_size: int, device) -> Tensor:
+        """ε (B,C): one draw from each row's generator."""
+        return torch.cat([sample_individual(1, causal_size, generator, device) for generator in self.generators])
 
     def step_inputs(self, model, input_ids: Tensor, step_length: int) -> dict[str, Any]:
         """The forward keywords of the step that reads the last ``step_length`` of ``input_ids`` (B,L)."""

@@ -449,8 +449,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         Causal mode: ``individual_scope="token"`` draws a fresh individual ε for every position (causal sampling),
         ``"sequence"`` one for the whole text (``individual``: ε (B,C) or (C,) replays one);
         ``causal_temperature``: τ (None: ``config.causal_temperature``). ``numeric_values`` (B,P): the prompt's
-        numbers. ``seed`` draws ε, and in traditional mode seeds torch's global generators for the sampling (their
-        states restored after); without one a seed is drawn from torch's global generator.
+        numbers. ``seed`` draws ε (row ``i`` from ``seed + i``, so a prompt's text does not depend on the other
+        rows), and in traditional mode seeds torch's global generators for the sampling (their states restored
+        after); without one a seed is drawn from torch's global generator.
 
         A generated ``<NUM>`` carries ``loc_Y`` (in causal mode the individual's, `decisions.individual_number`) into the next
         step. With ``return_dict_in_generate=True`` the output also holds ``numeric_values`` (B, P+T),

@@ -101,7 +101,8 @@ class GenerationResult:
     text: the generated text (numbers written with their values; ends at the end of a stop string when one was met;
     end-of-sequence tokens are not written). token_ids: generated ids, EOS included when met. numbers: one
     `NumberPrediction` per generated ``<NUM>``. individual: ε (C,) of a sequence-scope individual, else None; seed:
-    the seed of causal mode's draws (replays a token-scope run). finish_reason: "eos", "stop_string" or "length".
+    the seed of this row's causal draws (the call's seed + the row's index), which replays it as a prompt alone.
+    finish_reason: "eos", "stop_string" or "length".
     """
 
     prompt: str
@@ -513,7 +514,7 @@ class NumericTextStreamer(BaseStreamer):
                     finish_reason=self._reasons[row] or "length",
                     mode=state.mode,
                     individual=None if state.individual is None else state.individual[row].clone(),
-                    seed=state.seed if state.mode == "causal" else None,
+                    seed=state.seed + row if state.mode == "causal" and state.seed is not None else None,
                 )
             )
         return results

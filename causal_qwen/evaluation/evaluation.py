@@ -603,6 +603,11 @@ class EvalData:
 
 def load_documents(spec: EvalData) -> list:
     """The `Document`s to evaluate (only the held-out side when ``split_at`` is given)."""
+    return load_split_documents(spec)[1]
+
+
+def load_split_documents(spec: EvalData) -> tuple[list, list]:
+    """``(training side, documents to evaluate)``: with a split, its two sides; without, ``([], every document)``."""
     from ..training.data import DataSource, SplitSpec, read_documents, split_documents
 
     if spec.split_by is not None and spec.split_at is None and not spec.validation_split:
@@ -617,8 +622,19 @@ def load_documents(spec: EvalData) -> list:
     if spec.split_by is not None or spec.validation_split:
         split = SplitSpec(fraction=spec.validation_split if spec.split_at is None else 0.0, split_by=spec.split_by,
                           split_at=spec.split_at, seed=spec.seed)
-        _, documents = split_documents(documents, split)
-    return documents
+        return split_documents(documents, split)
+    return [], documents
+
+
+def training_median_mdae(training: list, evaluated: list) -> float | None:
+    """``median_i |y_i − m|`` over the evaluated documents' target values, ``m`` the median of the training side's:
+    the error of forecasting one constant, the first baseline a forecast must beat (None without targets)."""
+    known = [doc.target_value for doc in training if doc.target_value is not None]
+    scored = [doc.target_value for doc in evaluated if doc.target_value is not None]
+    if not known or not scored:
+        return None
+    median = torch.tensor(known, dtype=torch.float64).quantile(0.5)
+    return float((torch.tensor(scored, dtype=torch.float64) - median).abs().quantile(0.5))
 
 
 def iterate_batches(examples, collator, batch_size: int) -> Iterator[dict[str, Tensor]]:

@@ -16,8 +16,10 @@ Template fields that hold numbers (``numeric_fields``, or inferred: the fields w
 numbers) are checked on every row; a row with a non-numeric value there raises ``ValueError`` naming the
 file and row, or is skipped with a warning when ``skip_bad_rows`` is set. A numeric cell is written into the
 text as the file spells it (``"12.80"`` stays ``"12.80"``), so the tokenizer reads the same float64 value and
-keeps the same string; a cell the number grammar reads as text (``"007"``, ``"2024-03-15"``, a 16-digit id)
-or as several numbers is logged once per field (docs/number_grammar.md). A numeric cell may also be written the
+keeps the same string. A numeric cell the tokenizer does not read, in the filled text, as that one number (a
+cell it reads as text, ``"007"``, ``"2024-03-15"``, a 16-digit id; as several numbers; or glued to the template's
+text around it, ``"v{x}"``) is logged once per field (docs/number_grammar.md); in the ``target`` field it is a
+bad row, since the model would never see the number it is scored on. A numeric cell may also be written the
 way the number grammar reads it (``"29,900"``, ``"29.9%"``): see `parse_cell_number`.
 
 Files are read as UTF-8 text; a leading byte-order mark (Excel's "CSV UTF-8") is dropped, and a file that is
@@ -195,7 +197,8 @@ def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) 
 
 
 class TemplateRenderer:
-    """Fills ``template`` from a row, checking that ``numeric_fields`` hold numbers."""
+    """Fills ``template`` from a row, checking that ``numeric_fields`` hold numbers and that the tokenizer reads
+    each of them, in the filled text, as the one number the field renders (`number_read_at`)."""
 
     def __init__(self, template: str, numeric_fields: Sequence[str]) -> None:
         self.template = template
@@ -209,9 +212,11 @@ class TemplateRenderer:
             for _, name, spec, _ in string.Formatter().parse(template)
             if name is not None and spec
         }
+        self._places = {field: template_place(template, field) for field in self.numeric_fields}
         self._warned: set[str] = set()
 
-    def render(self, row: dict[str, Any], where: str) -> str:
+    def fill(self, row: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+        """``(text, values)``: the filled template and the value each field was filled with."""
         values = {}
         for field in self.fields:
             value = row.get(field)
@@ -223,22 +228,55 @@ class TemplateRenderer:
                     raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number")
                 # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
                 value = number if field in self._formatted_fields else str(value).strip()
-                if field not in self._warned and not isinstance(value, float) and not _reads_as_number(value, number):
-                    self._warned.add(field)
-                    logger.warning("%s: numeric field '%s' holds %r, which the tokenizer does not read as the one "
-                                   "number %r (it stays text or splits); later rows are not reported", where, field,
-                                   value, number)
             values[field] = value
         try:
-            return self.template.format_map(values)
+            text = self.template.format_map(values)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
             raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
+        for field in self.numeric_fields:
+            if field not in self._warned and number_read_at(text, values, *self._places[field]) is None:
+                self._warned.add(field)
+                logger.warning("%s: numeric field '%s' holds %r, which the tokenizer does not read as one number "
+                               "in the text %r (it stays text, splits or glues to its neighbours; "
+                               "docs/number_grammar.md); later rows are not reported", where, field,
+                               row.get(field), text)
+        return text, values
+
+    def render(self, row: dict[str, Any], where: str) -> str:
+        """The filled template (`fill`)."""
+        return self.fill(row, where)[0]
 
 
-def _reads_as_number(spelled: str, number: float) -> bool:
-    """Whether the number grammar reads ``spelled`` as one number of value ``number`` (float64), with at most a
-    sign or symbol around it that stays text (``"+5"`` and ``"5."`` read as 5.0; see `parse_cell_number`)."""
-    return _grammar_number(spelled) == number
+def template_place(template: str, field: str) -> tuple[str, str]:
+    """``(prefix, placeholder)``: the part of ``template`` before the first placeholder of ``field``, and that
+    placeholder (``"{y:.1f}"``), both format strings."""
+    pieces = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        pieces.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name is None:
+            continue
+        placeholder = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name.split(".")[0].split("[")[0] == field:
+            return "".join(pieces), placeholder
+        pieces.append(placeholder)
+    raise ValueError(f"the field '{field}' is not a field of the template {template!r}")
+
+
+def number_read_at(text: str, values: dict[str, Any], prefix: str, placeholder: str) -> int | None:
+    """Index, among the numbers the tokenizer reads in ``text`` (`find_numbers`), of the one number that
+    ``placeholder`` renders at the place ``prefix`` puts it; None when the rendered value alone is not one number
+    (``"007"``, ``"1-2"``) or the text around it changes the reading (``"x-{y}"``, ``"v{y}"``, ``"{y}_id"``)."""
+    from ..core.numbers import find_numbers
+
+    start = len(prefix.format_map(values))
+    alone = find_numbers(placeholder.format_map(values))
+    if len(alone) != 1:
+        return None
+    wanted = (start + alone[0].start, start + alone[0].end, alone[0].value)
+    for index, span in enumerate(find_numbers(text)):
+        if (span.start, span.end, span.value) == wanted:
+            return index
+    return None
 
 
 # ---- readers ---------------------------------------------------------------------------------------------
@@ -335,6 +373,7 @@ def _rows_to_documents(
     if source.template is not None:
         fields = template_fields(source.template)
         if columns is not None:
+            _check_dotted_columns(path, columns, source.template)
             _check_columns(path, columns, fields, what="template field")
         numeric = (
             list(source.numeric_fields)
@@ -353,9 +392,10 @@ def _rows_to_documents(
     for index, (line, row) in enumerate(rows, start=1):
         where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: line {line}"
         try:
-            text = renderer.render(row, where) if renderer is not None else _text_field(row, source.text_field, where)
+            text, values = renderer.fill(row, where) if renderer is not None \
+                else (_text_field(row, source.text_field, where), {})
             split_value = _split_value(row, source.split_by, where)
-            ordinal, value = target.locate(row, where) if target is not None else (None, None)
+            ordinal, value = target.locate(row, text, values, where) if target is not None else (None, None)
         except BadRow as error:
             if not source.skip_bad_rows:
                 raise
@@ -371,42 +411,25 @@ def _rows_to_documents(
 
 
 class TargetLocator:
-    """Where a template field's number sits among a rendered text's numbers: the template up to the field's
-    first placeholder is rendered with the row, and its numbers counted (`causal_qwen.core.numbers`)."""
+    """Where a template field's number sits among a filled text's numbers (`number_read_at`)."""
 
-    def __init__(self, template: str, target: str, numeric_fields: Sequence[str]) -> None:
+    def __init__(self, template: str, target: str) -> None:
         self.target = target
-        self.prefix = template_prefix(template, target)
-        prefix_fields = template_fields(self.prefix) if _has_fields(self.prefix) else []
-        self.renderer = TemplateRenderer(self.prefix, [f for f in numeric_fields if f in prefix_fields]) \
-            if prefix_fields else None
+        self.place = template_place(template, target)
 
-    def locate(self, row: dict[str, Any], where: str) -> tuple[int, float]:
-        """``(ordinal, value)`` of the target's number in the row's text."""
-        from ..core.numbers import find_numbers
-
+    def locate(self, row: dict[str, Any], text: str, values: dict[str, Any], where: str) -> tuple[int, float]:
+        """``(ordinal, value)`` of the target's number in the row's filled ``text``; `BadRow` when the cell is not
+        a number or the tokenizer does not read it there (the model would never see the target)."""
         value = parse_cell_number(row.get(self.target))
         if value is None:
             raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
-        text = self.renderer.render(row, where) if self.renderer is not None else self.prefix
-        return len(find_numbers(text)), value
-
-
-def template_prefix(template: str, field: str) -> str:
-    """The part of ``template`` before the first placeholder of ``field`` (a format string itself)."""
-    pieces = []
-    for literal, name, spec, conversion in string.Formatter().parse(template):
-        pieces.append(literal.replace("{", "{{").replace("}", "}}"))
-        if name is None:
-            continue
-        if name.split(".")[0].split("[")[0] == field:
-            return "".join(pieces)
-        pieces.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
-    raise ValueError(f"the target field '{field}' is not a field of the template {template!r}")
-
-
-def _has_fields(template: str) -> bool:
-    return any(name is not None for _, name, _, _ in string.Formatter().parse(template))
+        ordinal = number_read_at(text, values, *self.place)
+        if ordinal is None:
+            raise BadRow(f"{where}: the tokenizer does not read the target field '{self.target}' "
+                         f"({row.get(self.target)!r}) as one number in the text {text!r}: it stays text, splits or "
+                         "glues to its neighbours (docs/number_grammar.md); write the cell as a plain number or "
+                         "change the template around it")
+        return ordinal, value
 
 
 def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> TargetLocator | None:
@@ -414,7 +437,7 @@ def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> T
         return None
     if renderer is None:
         raise ValueError(f"target '{source.target}' needs a template naming it (the text comes from a template)")
-    return TargetLocator(source.template, source.target, renderer.numeric_fields)
+    return TargetLocator(source.template, source.target)
 
 
 def _csv_columns(path: Path) -> list[str]:
@@ -424,6 +447,18 @@ def _csv_columns(path: Path) -> list[str]:
     if header is None:
         raise ValueError(f"{path}: the dataset is empty (no header row)")
     return header
+
+
+def _check_dotted_columns(path: Path, columns: list[str], template: str) -> None:
+    """``ValueError`` for a placeholder naming a column with ``.`` or ``[`` in its name (``{Adj. Close}``), which a
+    format string reads as an attribute or an index of another field (``Adj``)."""
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None and name in columns and name.split(".")[0].split("[")[0] not in columns:
+            raise ValueError(
+                f"{path}: template field '{{{name}}}': a '.' or '[' in a field name reads an attribute or index of the "
+                f"field before it ('{name.split('.')[0].split('[')[0]}') in a format string, so the column "
+                f"'{name}' cannot be named there; rename the column in the file (e.g. without '.' and '[')"
+            )
 
 
 def _check_columns(path: Path, columns: list[str], needed: list[str], what: str) -> None:
@@ -516,7 +551,8 @@ def _split_by_value(documents: list[Document], spec: SplitSpec) -> tuple[list[Do
 DATE_FORMATS = (
     "%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
     "%Y-%m-%dT%H:%M", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y",
-    "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y", "%Y-%m", "%Y/%m", "%b %Y", "%B %Y",
+    "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y", "%d-%b-%y", "%m/%d/%y",
+    "%d/%m/%y", "%Y-%m", "%Y/%m", "%b %Y", "%B %Y",
 )
 
 
@@ -609,13 +645,15 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
     place = where[index] if where is not None else f"value {index + 1}"
     if best_count == 0 and parse_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
         raise ValueError(f"{place}: split_by column '{column}' holds {values[0]!r}, which is neither a number nor "
-                         "a date; split_by needs a column of numbers or dates")
-    raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a date like the "
-                     f"rows before it ({_example_date(best)!r}, format {best}) and not a number")
+                         f"a date; split_by needs a column of numbers or dates (the date spellings read are "
+                         f"{', '.join(DATE_FORMATS)} and ISO 8601)")
+    raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a number and not a "
+                     f"date written like the rows before it ({values[0]!r}, read as {best}); the date spellings "
+                     f"read are {', '.join(DATE_FORMATS)} and ISO 8601")
 
 
 def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> None:
-    swapped = {"%m/%d/%Y": "%d/%m/%Y"}.get(date_format)
+    swapped = {"%m/%d/%Y": "%d/%m/%Y", "%m/%d/%y": "%d/%m/%y"}.get(date_format)
     if swapped and all(parse_date(v, (swapped,)) is not None for v in values):
         logger.warning("split_by column '%s': dates such as %r read as month/day/year (%s); every value also "
                        "reads as day/month/year", column, values[0], date_format)

@@ -78,6 +78,8 @@ class TrainConfig:
 
     # ---- output --------------------------------------------------------------------------------------------
     output_dir: str = "runs/causal-qwen"
+    """The run folder; a config file that names none trains into ``runs/<the config file's name>``
+    (`load_train_config`), so two configs never share a folder by default."""
     overwrite_output_dir: bool = False
     """Start afresh in an ``output_dir`` that already holds checkpoints (they are deleted)."""
 
@@ -292,7 +294,8 @@ class TrainConfig:
 
 # ---- loading ---------------------------------------------------------------------------------------------
 def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Read ``path`` (YAML mapping; None: defaults only), apply ``key=value`` overrides, validate."""
+    """Read ``path`` (YAML mapping; None: defaults only), apply ``key=value`` overrides, validate. A file that names
+    no ``output_dir`` trains into ``runs/<its name without suffix>``."""
     values: dict[str, Any] = {}
     source = str(path) if path is not None else "config"
     if path is not None:
@@ -309,6 +312,7 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
             raise ValueError(f"{path}: the config must be a mapping of keys to values, got a {type(loaded).__name__}")
         for key, value in loaded.items():
             _assign(values, str(key), value, source)
+        values.setdefault("output_dir", str(Path("runs") / path.stem))
     for item in overrides:
         key, value = parse_override(item)
         _assign(values, key, value, f"--set {item}")

@@ -405,6 +405,32 @@ def saved_settings(config: TrainConfig) -> dict:
     return settings
 
 
+RUN_DEFINING_KEYS = (
+    "model", "tokenizer", "model_config", "data", "data_format", "text_field", "template", "numeric_fields",
+    "text_unit", "validation_data", "validation_split", "split_by", "split_at", "max_length", "add_eos", "target",
+    "lora", "lora_r", "lora_alpha", "lora_target_modules",
+)
+"""The settings a resumed run must share with the run it continues: what the model is and what it learns from
+(step counts, learning rates and logging may change on ``--resume``)."""
+
+
+def check_resumed_settings(output_dir: Path, config: TrainConfig) -> None:
+    """``ValueError`` naming each `RUN_DEFINING_KEYS` setting in which ``config`` differs from the run folder's
+    ``train_config.yaml`` (nothing to compare when the folder holds none)."""
+    saved_file = output_dir / CONFIG_FILE
+    if not saved_file.is_file():
+        return
+    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
+    current = yaml.safe_load(yaml.safe_dump(saved_settings(config), sort_keys=False))  # as the file would hold it
+    differing = [key for key in RUN_DEFINING_KEYS if saved.get(key) != current.get(key)]
+    if differing:
+        changes = "; ".join(f"{key}: {saved.get(key)!r} there, {current.get(key)!r} now" for key in differing)
+        raise ValueError(
+            f"--resume: {output_dir} holds a run trained with other settings ({changes}); resume it with its own "
+            f"config ({saved_file}), or train into another output_dir (--set output_dir=...)"
+        )
+
+
 def target_ordinals(dataset: Dataset, docs: list) -> list[int] | None:
     """The index of each document's target among its numbers, one per row of ``dataset`` (tokenized from
     ``docs``); None (read every number) when a document has no target or the tokenizer made other rows than
@@ -696,6 +722,8 @@ def run_training(
     lock = OutputLock(output_dir) if _is_main_process() else None
     try:
         with lock if lock is not None else contextlib.nullcontext():
+            if resume is True:
+                check_resumed_settings(output_dir, config)
             plan = plan_run(output_dir, config.max_steps, resume, config.overwrite_output_dir,
                             final_name=FINAL_DIR, outputs=(FINAL_DIR, ADAPTER_DIR), started_marker=CONFIG_FILE)
             if plan.message:
