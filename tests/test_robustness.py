@@ -648,12 +648,12 @@ def test_a_file_that_is_no_base_is_named(tmp_path, capsys):
 
 
 def test_a_first_run_stopped_by_bad_data_leaves_no_folder(assets, tmp_path, capsys):
-    out = tmp_path / "new_run"
+    out = tmp_path / "runs" / "deeper" / "new_run"
     config = write_config(tmp_path / "c.yaml", settings(assets, out))
     bad = tmp_path / "bad.csv"
     bad.write_text("day,value\n1,2.5\n2,lots\n", encoding="utf-8")
     assert "holds 'lots'" in cli_error(capsys, "train", str(config), "--set", f"data={bad}")
-    assert not out.exists()
+    assert not (tmp_path / "runs").exists(), "nor the folders made for it"
 
 
 def test_the_saved_config_names_the_data_by_its_absolute_path(assets, tmp_path, monkeypatch):

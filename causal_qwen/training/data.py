@@ -198,7 +198,8 @@ def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) 
 
 class TemplateRenderer:
     """Fills ``template`` from a row, checking that ``numeric_fields`` hold numbers and that the tokenizer reads
-    each of them, in the filled text, as the one number the field renders (`number_read_at`)."""
+    each of them, in the filled text, as the one number the field renders (`number_read_at`; a field that fails is
+    logged once and not checked again)."""
 
     def __init__(self, template: str, numeric_fields: Sequence[str]) -> None:
         self.template = template
@@ -233,8 +234,10 @@ class TemplateRenderer:
             text = self.template.format_map(values)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
             raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
-        for field in self.numeric_fields:
-            if field not in self._warned and number_read_at(text, values, *self._places[field]) is None:
+        unchecked = [field for field in self.numeric_fields if field not in self._warned]
+        spans = _number_spans(text) if unchecked else []
+        for field in unchecked:
+            if number_read_at(spans, values, *self._places[field]) is None:
                 self._warned.add(field)
                 logger.warning("%s: numeric field '%s' holds %r, which the tokenizer does not read as one number "
                                "in the text %r (it stays text, splits or glues to its neighbours; "
@@ -262,21 +265,25 @@ def template_place(template: str, field: str) -> tuple[str, str]:
     raise ValueError(f"the field '{field}' is not a field of the template {template!r}")
 
 
-def number_read_at(text: str, values: dict[str, Any], prefix: str, placeholder: str) -> int | None:
-    """Index, among the numbers the tokenizer reads in ``text`` (`find_numbers`), of the one number that
-    ``placeholder`` renders at the place ``prefix`` puts it; None when the rendered value alone is not one number
-    (``"007"``, ``"1-2"``) or the text around it changes the reading (``"x-{y}"``, ``"v{y}"``, ``"{y}_id"``)."""
-    from ..core.numbers import find_numbers
-
+def number_read_at(spans: list[tuple[int, int, float]], values: dict[str, Any], prefix: str,
+                   placeholder: str) -> int | None:
+    """Index, among the numbers the tokenizer reads in a filled text (``spans``: `_number_spans` of it), of the one
+    number that ``placeholder`` renders at the place ``prefix`` puts it; None when the rendered value alone is not
+    one number (``"007"``, ``"1-2"``) or the text around it changes the reading (``"x-{y}"``, ``"v{y}"``)."""
     start = len(prefix.format_map(values))
-    alone = find_numbers(placeholder.format_map(values))
+    alone = _number_spans(placeholder.format_map(values))
     if len(alone) != 1:
         return None
-    wanted = (start + alone[0].start, start + alone[0].end, alone[0].value)
-    for index, span in enumerate(find_numbers(text)):
-        if (span.start, span.end, span.value) == wanted:
-            return index
-    return None
+    begin, end, value = alone[0]
+    wanted = (start + begin, start + end, value)
+    return spans.index(wanted) if wanted in spans else None
+
+
+def _number_spans(text: str) -> list[tuple[int, int, float]]:
+    """``(start, end, value)`` of every number the tokenizer reads in ``text`` (`find_numbers`)."""
+    from ..core.numbers import find_numbers
+
+    return [(span.start, span.end, span.value) for span in find_numbers(text)]
 
 
 # ---- readers ---------------------------------------------------------------------------------------------
@@ -423,7 +430,7 @@ class TargetLocator:
         value = parse_cell_number(row.get(self.target))
         if value is None:
             raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
-        ordinal = number_read_at(text, values, *self.place)
+        ordinal = number_read_at(_number_spans(text), values, *self.place)
         if ordinal is None:
             raise BadRow(f"{where}: the tokenizer does not read the target field '{self.target}' "
                          f"({row.get(self.target)!r}) as one number in the text {text!r}: it stays text, splits or "

@@ -718,7 +718,7 @@ def run_training(
     the folder is locked while the run lasts."""
     config.validate()  # fills what the config left to the recipe (idempotent)
     output_dir = check_output_dir(config.output_dir)
-    created = not output_dir.exists()
+    created = [folder for folder in (output_dir, *output_dir.parents) if not folder.exists()]  # deepest first
     lock = OutputLock(output_dir) if _is_main_process() else None
     try:
         with lock if lock is not None else contextlib.nullcontext():
@@ -734,17 +734,20 @@ def run_training(
             return _train(config, plan, callbacks, report)
     except BaseException:
         if created and lock is not None:
-            _remove_if_only_lock(output_dir)
+            _remove_if_only_lock(output_dir, created[1:])
         raise
 
 
-def _remove_if_only_lock(folder: Path) -> None:
+def _remove_if_only_lock(folder: Path, parents: list[Path]) -> None:
     """Remove ``folder`` when this run created it and stopped before writing anything but its lock file (bad data
-    or settings): a failed first run leaves no empty run folder behind."""
+    or settings), and the ``parents`` it created for it (deepest first) that are left empty: a failed first run
+    leaves no empty run folder behind."""
     try:
         if {entry.name for entry in folder.iterdir()} <= {LOCK_FILE}:
             (folder / LOCK_FILE).unlink(missing_ok=True)
             folder.rmdir()
+            for parent in parents:
+                parent.rmdir()  # OSError once one is not empty
     except OSError:  # gone already, or another run started writing: leave it
         pass
 
