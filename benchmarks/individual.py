@@ -34,8 +34,9 @@ the end of text banned until then on both sides, ``CONTINUATIONS`` (8) per promp
   frontier               ``{family, tau | temperature, distinct2, fluency}`` (fluency: the perplexity): causal mode
                          (token scope) at ``τ × FRONTIER_MULTIPLES`` and Qwen at ``QWEN_TEMPERATURES``; then, for
                          each of ``AIMED_TEMPERATURES``, one more causal point at the τ that the grid's two bracketing
-                         points say writes Qwen's distinct-2 at that temperature (``log τ`` linear in distinct-2),
-                         measured like the others (the check reads measured points only)
+                         points say writes at ``AIMED_PERPLEXITY`` (1.05) times Qwen's perplexity at that temperature,
+                         the middle of the check's allowance (``log τ`` linear in perplexity), measured like the
+                         others (the check reads measured points only)
   acceptance             the issue's checks on those figures, each ``{value, threshold, pass}``
 
 Consistency (defined before any result was seen). ``CHOICE_PAIRS`` holds 16 pairs of prompts that ask the same open
@@ -145,7 +146,9 @@ CHOICE_INDIVIDUALS = 16
 CHOICE_TOKENS = 8
 HELD_OUT_POSITIONS = 1024
 FRONTIER_MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 2.0, 4.0)
-AIMED_TEMPERATURES = (0.7, 1.0)  # Qwen's temperatures whose distinct-2 the frontier aims a τ at (`aimed_multiple`)
+AIMED_TEMPERATURES = (0.7, 1.0)  # Qwen's temperatures the frontier aims a τ at (`aimed_multiple`)
+PERPLEXITY_BOUND = 1.1  # the frontier check: Qwen's distinct-2 within this multiple of its perplexity
+AIMED_PERPLEXITY = 1.05  # the aimed point's perplexity, a multiple of Qwen's: the middle of the check's allowance
 QWEN_TEMPERATURES = (0.5, 0.7, 1.0, 1.2)
 BOOTSTRAP = 2000
 SEED = 0
@@ -386,14 +389,15 @@ def held_out_choice_entropy(model, tokenizer, positions: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def aimed_multiple(points: dict[float, dict], distinct: float) -> float | None:
-    """The multiple of τ at which the token-scope frontier should reach distinct-2 ``distinct``: ``log τ``
-    interpolated linearly in distinct-2 between the two grid points that bracket it (``points``: multiple →
-    figures); None when no two adjacent points bracket it. The benchmark then *measures* that τ."""
+def aimed_multiple(points: dict[float, dict], figure: str, target: float) -> float | None:
+    """The multiple of τ at which the token-scope frontier should reach ``target`` in ``figure`` (``"distinct2"`` or
+    ``"perplexity"``): ``log τ`` interpolated linearly in the figure between the two grid points that
+    bracket it (``points``: multiple → figures); None when no two adjacent points bracket it. The benchmark then
+    *measures* that τ."""
     ordered = sorted(points.items())
     for (low, below), (high, above) in zip(ordered, ordered[1:]):
-        if below["distinct2"] <= distinct <= above["distinct2"] and above["distinct2"] > below["distinct2"]:
-            share = (distinct - below["distinct2"]) / (above["distinct2"] - below["distinct2"])
+        if below[figure] <= target <= above[figure] and above[figure] > below[figure]:
+            share = (target - below[figure]) / (above[figure] - below[figure])
             return round(math.exp(math.log(low) + share * (math.log(high) - math.log(low))), 4)
     return None
 
@@ -411,7 +415,7 @@ def acceptance(figures: dict) -> dict:
     for point in figures["frontier"]:
         if point["family"] != "qwen" or point["temperature"] not in (0.7, 1.0):
             continue
-        bound = 1.1 * point["fluency"]
+        bound = PERPLEXITY_BOUND * point["fluency"]
         within = [p["distinct2"] for p in causal if p["fluency"] <= bound]
         best = max(within) if within else None
         checks[f"frontier_qwen_T{point['temperature']}"] = check(
@@ -475,8 +479,9 @@ def run(base: str, sizes: dict, candidates: int | None = None) -> dict:
 
     qwen_points = {t: timed(f"qwen_T{t}", lambda t=t: qwen_point(t)) for t in QWEN_TEMPERATURES}
     causal_points = {m: timed(f"causal_x{m}", lambda m=m: causal_point(m)) for m in FRONTIER_MULTIPLES}
-    for temperature in AIMED_TEMPERATURES:  # a τ aimed at Qwen's distinct-2, then measured there
-        multiple = aimed_multiple(causal_points, qwen_points[temperature]["distinct2"])
+    for temperature in AIMED_TEMPERATURES:  # a τ aimed inside the check's perplexity allowance, then measured there
+        aim = AIMED_PERPLEXITY * qwen_points[temperature]["perplexity"]
+        multiple = aimed_multiple(causal_points, "perplexity", aim)
         if multiple is not None and multiple not in causal_points:
             causal_points[multiple] = timed(f"causal_x{multiple:.3g}", lambda m=multiple: causal_point(m))
     sequence, distinct_counts = timed("sequence_scope", sequence_point)

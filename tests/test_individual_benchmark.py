@@ -102,13 +102,16 @@ def _benchmark():
     return load_benchmark("individual.py", "individual_benchmark")
 
 
-def test_a_tau_is_aimed_between_the_two_points_that_bracket_a_diversity():
+def test_a_tau_is_aimed_between_the_two_points_that_bracket_a_figure():
     aimed = _benchmark().aimed_multiple
-    points = {0.25: {"distinct2": 0.60}, 0.5: {"distinct2": 0.70}, 1.0: {"distinct2": 0.80}}
-    assert aimed(points, 0.75) == pytest.approx(math.sqrt(0.5), abs=1e-4)  # halfway in log τ between 0.5 and 1
-    assert aimed(points, 0.60) == 0.25 and aimed(points, 0.80) == 1.0
-    assert aimed(points, 0.59) is None and aimed(points, 0.81) is None  # outside the grid: nothing to aim at
-    assert aimed({1.0: {"distinct2": 0.7}, 2.0: {"distinct2": 0.7}}, 0.7) is None  # a flat stretch says nothing
+    points = {0.25: {"distinct2": 0.60, "perplexity": 2.0}, 0.5: {"distinct2": 0.70, "perplexity": 3.0},
+              1.0: {"distinct2": 0.80, "perplexity": 5.0}}
+    assert aimed(points, "distinct2", 0.75) == pytest.approx(math.sqrt(0.5), abs=1e-4)  # halfway in log τ
+    assert aimed(points, "perplexity", 2.5) == pytest.approx(math.sqrt(0.125), abs=1e-4)  # between 0.25 and 0.5
+    assert aimed(points, "distinct2", 0.60) == 0.25 and aimed(points, "perplexity", 5.0) == 1.0
+    assert aimed(points, "distinct2", 0.59) is None and aimed(points, "perplexity", 5.1) is None  # outside the grid
+    flat = {1.0: {"distinct2": 0.7}, 2.0: {"distinct2": 0.7}}
+    assert aimed(flat, "distinct2", 0.7) is None  # a flat stretch says nothing
 
 
 def test_choice_is_the_first_content_word():
