@@ -416,13 +416,13 @@ RUN_DEFINING_KEYS = (
 
 def check_resumed_settings(output_dir: Path, config: TrainConfig) -> None:
     """``ValueError`` naming each `RUN_DEFINING_KEYS` setting in which ``config`` differs from the run folder's
-    ``train_config.yaml`` (nothing to compare when the folder holds none)."""
+    ``train_config.yaml`` (nothing to compare when the folder holds none, or for a key an older file lacks)."""
     saved_file = output_dir / CONFIG_FILE
     if not saved_file.is_file():
         return
     saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
     current = yaml.safe_load(yaml.safe_dump(saved_settings(config), sort_keys=False))  # as the file would hold it
-    differing = [key for key in RUN_DEFINING_KEYS if saved.get(key) != current.get(key)]
+    differing = [key for key in RUN_DEFINING_KEYS if key in saved and saved[key] != current.get(key)]
     if differing:
         changes = "; ".join(f"{key}: {saved.get(key)!r} there, {current.get(key)!r} now" for key in differing)
         raise ValueError(
