@@ -160,6 +160,20 @@ def test_split_by_two_digit_year_dates_and_a_bad_date_named_with_the_files_value
         split_documents(bad, SplitSpec(split_by="Date", split_at="2003-09-20"))
 
 
+def test_a_number_column_with_text_in_it_names_the_text(caplog):
+    with pytest.raises(ValueError, match=r"x: row 3: split_by column 'year' holds 'n/a', which is not a number like "
+                                         r"the rows before it \('1990'\)"):
+        split_documents(docs_with_dates(["1990", "1991", "n/a", "1993"]), SplitSpec(split_by="year", split_at=1991))
+
+
+def test_two_digit_years_across_the_century_warn(caplog):
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):
+        train, valid = split_documents(docs_with_dates(["1-Jan-98", "1-Jan-99", "1-Jan-00", "1-Jan-01"]),
+                                       SplitSpec(split_by="Date", split_at="2000-01-01"))
+    assert len(train) == len(valid) == 2
+    assert "two-digit years read as 1969-1999" in caplog.text and "years 1998 to 2001" in caplog.text
+
+
 def test_split_that_leaves_nothing_is_an_error():
     docs = docs_with_dates(["2014/01/01"])
     with pytest.raises(ValueError, match="leaves no validation rows"):

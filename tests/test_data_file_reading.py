@@ -146,3 +146,21 @@ def test_a_column_with_a_dot_in_its_name_is_explained(tmp_path):
     with pytest.raises(ValueError, match=r"template field '\{Adj\. Close\}': a '\.' or '\[' in a field name .*"
                                          r"'Adj'.*rename the column"):
         read_documents(DataSource(path=str(path), template="On {Date} it closed at {Adj. Close}", target="Adj. Close"))
+
+
+def test_the_target_value_is_the_number_the_text_shows(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={0: "12.84"}), encoding="utf-8")
+    docs = read_documents(DataSource(path=str(path), template="sold {sold:.1f} on {day}", target="sold"))
+    assert docs[0].text.startswith("sold 12.8 on") and docs[0].target_value == 12.8
+
+
+def test_eval_data_skips_the_rows_training_skipped(tmp_path):
+    from causal_qwen.evaluation.evaluation import EvalData, load_documents
+
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(sold={3: "007"}), encoding="utf-8")
+    spec = dict(path=str(path), template=TEMPLATE, target="sold")
+    with pytest.raises(ValueError, match="does not read the target field 'sold'"):
+        load_documents(EvalData(**spec))
+    assert len(load_documents(EvalData(**spec, skip_bad_rows=True))) == 39

@@ -260,6 +260,9 @@ def test_a_prompt_writes_the_same_text_for_a_seed_whatever_else_is_in_the_batch(
     assert torch.equal(mixed.token_ids[0], batch.token_ids[2])
     copies = generate_ids(model, ids[:1].expand(4, -1), seed=4, **options)  # one prompt four times: four draws
     assert len({tuple(row.tolist()) for row in copies.token_ids}) > 1
+    last = 2**64 - 1  # the largest seed torch takes: the next row wraps to 0
+    wrapped = generate_ids(model, torch.cat([ids[:1], ids[:1]]), seed=last, **options)
+    assert torch.equal(wrapped.token_ids[1], generate_ids(model, ids[:1], seed=0, **options).token_ids[0])
 
 
 def recorded_individuals(model):

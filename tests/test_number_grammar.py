@@ -183,6 +183,7 @@ MORE_CASES = [
     ("s1 157.0, x2 3", [(157.0, "157.0"), (3.0, "3")]),  # a label glues only up to the space after it
     ("COVID-19 2020 and v2 1 000 000", [(2020.0, "2020"), (1000000.0, "1 000 000")]),
     ("x1 000", []),  # what follows the space is read on its own: a leading zero
+    ("x1 234 567 and x1\u00a0234", []),  # the label's digit begins a grouped number: all of it is text
     ("H2O, CO2, mp3", []),
     ("v2 and v.5", []),
     ("x_1 and 1_000", []),

@@ -147,7 +147,8 @@ def data_spec(args: argparse.Namespace):
         path=data, template=pick(args.template, "template", None), text_field=pick(args.text_field, "text_field", "text"),
         text_unit=pick(args.text_unit, "text_unit", "line"), max_length=pick(args.max_length, "max_length", 512),
         numeric_fields=tuple(config.numeric_fields) if config is not None and config.numeric_fields else None,
-        target=pick(args.target, "target", None), **{"split_by": split_by, "split_at": args.split_at, **split},
+        target=pick(args.target, "target", None), skip_bad_rows=bool(config is not None and config.skip_bad_rows),
+        **{"split_by": split_by, "split_at": args.split_at, **split},
     )
     if path is not None:  # on stdout, unless the metrics go there as JSON
         out = sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
@@ -161,8 +162,10 @@ def _scoring_notes(config, data: str, spec, from_config: bool, split: dict) -> l
     """What makes the figures mean less than a forecast's: rows the model trained on, a field it was not fitted to."""
     notes = []
     if from_config and _same_file(data, (config.data,)) and not split and spec.split_at is None:
-        notes.append(f"the run trained on every row of {data} (its config holds no validation split): these figures "
-                     "measure the fit to rows it has seen, not a forecast")
+        held_out = f"it held out {config.validation_data} instead" if config.validation_data else \
+            "its config holds no validation split"
+        notes.append(f"the run trained on every row of {data} ({held_out}): these figures measure the fit to rows "
+                     "it has seen, not a forecast")
     if config.target and spec.target and spec.target != config.target:
         notes.append(f"the run's intervals were fitted and checked for '{config.target}', not '{spec.target}': "
                      f"the coverage of '{spec.target}' is not calibrated")

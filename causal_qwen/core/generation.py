@@ -193,6 +193,11 @@ def check_seed(seed: Any) -> None:
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}")
 
 
+def row_seed(seed: int, row: int) -> int:
+    """The seed of row ``row``'s causal draws: ``seed + row``, wrapped into torch's seed range [0, 2⁶⁴)."""
+    return (seed + row) % 2**64
+
+
 def draw_seed(seed: int | None) -> int:
     """``seed``, or one drawn from torch's global generator (so ``torch.manual_seed`` makes runs reproducible)."""
     check_seed(seed)
@@ -231,9 +236,9 @@ class DecodingState:
     generated ``<NUM>`` (the population's, which sets the precision it is written with; NaN elsewhere); pending,
     pending_scale: (B,) what a ``<NUM>`` chosen at the last step carries; scope, temperature τ, seed of causal mode;
     individual: ε (B,C) of the sequence scope (None for the token scope: its draws replay from ``seed``);
-    generators: the source of ε of each row, row ``i`` seeded with ``seed + i``: a prompt writes the same text for
-    its row's seed whatever else is in the batch (alone, with ``--seed`` that seed), and copies of one prompt in a
-    batch draw differently.
+    generators: the source of ε of each row, row ``i`` seeded with ``seed + i`` (`row_seed`): a prompt writes the
+    same text for its row's seed whatever else is in the batch (alone, with ``--seed`` that seed), and copies of one
+    prompt in a batch draw differently.
     """
 
     mode: str
@@ -265,7 +270,8 @@ class DecodingState:
         state.temperature = float(getattr(model.config, "causal_temperature", 1.0) if temperature is None else temperature)
         state.scope, state.seed = scope, draw_seed(seed)
         batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
-        state.generators = [torch.Generator(device=device).manual_seed(state.seed + row) for row in range(batch)]
+        state.generators = [torch.Generator(device=device).manual_seed(row_seed(state.seed, row))
+                            for row in range(batch)]
         if scope == "sequence":
             if individual is None:
                 individual = state.draw(causal_size, device)  # (B,C)

@@ -58,7 +58,8 @@ are tokenized as they are written):
 * glued forms: a chunk right after a letter or digit of a script written with spaces between words
   (Latin, Greek, Cyrillic, Arabic, Hebrew, ...), ``_`` or a combining mark (``H2O``, ``v2``, ``x_1``,
   ``abc123``), after a ``.`` or hyphen that follows such a letter (``v.5``, ``COVID-19``, ``B-52``), or
-  after ``e+`` (``0E+.1``), up to the chunk's first space (``s1 157.0`` reads 157.0); a number followed by
+  after ``e+`` (``0E+.1``), up to the first space after its first number (``s1 157.0`` reads 157.0,
+  ``x1 234 567`` nothing); a number followed by
   letters that are themselves followed by a digit, ``_`` or a combining mark (``12ab34``, ``0x1F``,
   ``2nd_place``), or followed directly by ``_``, a combining mark or a non-decimal digit (``5²``);
 * digits of two scripts in one number (``1٢``);
@@ -345,13 +346,15 @@ def _read_chunk(text: str, start: int, end: int, mode: _Mode) -> list[NumberSpan
     lead = text[start] in mode.points and not text[start].isdigit()
     digits_start = start + 1 if lead else start
     sign = _left_context(text, start)
-    if sign is None:
-        # Glued on the left ("s1 157.0", "COVID-19 2020"): what follows the chunk's first space is read on its own.
-        space = next((k for k in range(digits_start, end) if text[k] in _SPACES), None)
-        return [] if space is None else _read_chunk(text, space + 1, end, mode)
     groups = [(m.start(), m.end(), m.group(1), m.group(2) or "") for m in _GROUP_RE.finditer(text, digits_start, end)]
     joiners = [text[groups[k][1]] for k in range(len(groups) - 1)]
     numbers = _split_numbers(groups, joiners, lead, mode)
+    if sign is None:
+        # Glued on the left ("s1 157.0", "COVID-19 2020"): the first number is text, and so is the chunk up to the
+        # first space after it; what follows that space is read on its own ("x1 234 567" is one grouped number).
+        after_first = groups[numbers[0].last][1]
+        space = next((k for k in range(after_first, end) if text[k] in _SPACES), None)
+        return [] if space is None else _read_chunk(text, space + 1, end, mode)
     _mark_text_forms(numbers)
     if _glued_right(text, end):
         numbers[-1].text_form = True

@@ -35,6 +35,7 @@ from .generation import (
     check_individual,
     check_prompt_ids,
     draw_seed,
+    row_seed,
     token_id_tuple,
     within_positions,
 )
@@ -514,7 +515,7 @@ class NumericTextStreamer(BaseStreamer):
                     finish_reason=self._reasons[row] or "length",
                     mode=state.mode,
                     individual=None if state.individual is None else state.individual[row].clone(),
-                    seed=state.seed + row if state.mode == "causal" and state.seed is not None else None,
+                    seed=row_seed(state.seed, row) if state.mode == "causal" and state.seed is not None else None,
                 )
             )
         return results

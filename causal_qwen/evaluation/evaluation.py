@@ -584,7 +584,8 @@ class EvalData:
     in `causal_qwen.training.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
     ``>= split_at`` (the held-out part of a split by date); validation_split (+ seed, or with split_by): the
     validation side of training's split by fraction; max_length: tokens per document (longer are cut);
-    target: a template field whose number the number metrics score.
+    target: a template field whose number the number metrics score; skip_bad_rows: skip rows that cannot become
+    documents (as training did with the same setting) instead of stopping.
     """
 
     path: str
@@ -599,6 +600,7 @@ class EvalData:
     validation_split: float = 0.0
     seed: int = 0
     target: str | None = None
+    skip_bad_rows: bool = False
 
 
 def load_documents(spec: EvalData) -> list:
@@ -617,6 +619,7 @@ def load_split_documents(spec: EvalData) -> tuple[list, list]:
     source = DataSource(
         path=spec.path, template=spec.template, text_field=spec.text_field, text_unit=spec.text_unit,
         split_by=spec.split_by, numeric_fields=spec.numeric_fields, target=spec.target,
+        skip_bad_rows=spec.skip_bad_rows,
     )
     documents = read_documents(source)
     if spec.split_by is not None or spec.validation_split:

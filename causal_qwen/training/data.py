@@ -425,18 +425,20 @@ class TargetLocator:
         self.place = template_place(template, target)
 
     def locate(self, row: dict[str, Any], text: str, values: dict[str, Any], where: str) -> tuple[int, float]:
-        """``(ordinal, value)`` of the target's number in the row's filled ``text``; `BadRow` when the cell is not
-        a number or the tokenizer does not read it there (the model would never see the target)."""
+        """``(ordinal, value)`` of the target's number in the row's filled ``text`` (the value as the text writes it,
+        after the template's format); `BadRow` when the cell is not a number or the tokenizer does not read it there
+        (the model would never see the target)."""
         value = parse_cell_number(row.get(self.target))
         if value is None:
             raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
-        ordinal = number_read_at(_number_spans(text), values, *self.place)
+        spans = _number_spans(text)
+        ordinal = number_read_at(spans, values, *self.place)
         if ordinal is None:
             raise BadRow(f"{where}: the tokenizer does not read the target field '{self.target}' "
                          f"({row.get(self.target)!r}) as one number in the text {text!r}: it stays text, splits or "
                          "glues to its neighbours (docs/number_grammar.md); write the cell as a plain number or "
                          "change the template around it")
-        return ordinal, value
+        return ordinal, spans[ordinal][2]  # the value the text shows ("{y:.1f}" writes 12.84 as 12.8)
 
 
 def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> TargetLocator | None:
@@ -649,6 +651,11 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
         if count > best_count:
             best, best_count = date_format, count
     index = best_count if best_count >= 0 else 0
+    if best_count == 0 and parse_number(values[0]) is not None:  # a column of numbers with something else in it
+        index = next(i for i, value in enumerate(values) if parse_number(value) is None)
+        place = where[index] if where is not None else f"value {index + 1}"
+        raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a number like "
+                         f"the rows before it ({values[0]!r}); split_by needs a column of numbers or dates")
     place = where[index] if where is not None else f"value {index + 1}"
     if best_count == 0 and parse_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
         raise ValueError(f"{place}: split_by column '{column}' holds {values[0]!r}, which is neither a number nor "
@@ -664,6 +671,12 @@ def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> 
     if swapped and all(parse_date(v, (swapped,)) is not None for v in values):
         logger.warning("split_by column '%s': dates such as %r read as month/day/year (%s); every value also "
                        "reads as day/month/year", column, values[0], date_format)
+    if "%y" in date_format:
+        years = {parse_date(v, (date_format,)).year for v in values}
+        if min(years) < 2000 <= max(years):
+            logger.warning("split_by column '%s': two-digit years read as 1969-1999 for 69-99 and 2000-2068 for "
+                           "00-68 (years %d to %d here); write four-digit years if the table spans another century",
+                           column, min(years), max(years))
 
 
 def describe_split(spec: SplitSpec) -> str:

@@ -79,7 +79,7 @@ class TrainConfig:
     # ---- output --------------------------------------------------------------------------------------------
     output_dir: str = "runs/causal-qwen"
     """The run folder; a config file that names none trains into ``runs/<the config file's name>``
-    (`load_train_config`), so two configs never share a folder by default."""
+    (`load_train_config`), so configs of different names do not share a folder by default."""
     overwrite_output_dir: bool = False
     """Start afresh in an ``output_dir`` that already holds checkpoints (they are deleted)."""
 

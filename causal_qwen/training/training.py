@@ -422,13 +422,21 @@ def check_resumed_settings(output_dir: Path, config: TrainConfig) -> None:
         return
     saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
     current = yaml.safe_load(yaml.safe_dump(saved_settings(config), sort_keys=False))  # as the file would hold it
-    differing = [key for key in RUN_DEFINING_KEYS if key in saved and saved[key] != current.get(key)]
+    differing = [key for key in RUN_DEFINING_KEYS if key in saved and _differs(saved[key], current.get(key))]
     if differing:
         changes = "; ".join(f"{key}: {saved.get(key)!r} there, {current.get(key)!r} now" for key in differing)
         raise ValueError(
             f"--resume: {output_dir} holds a run trained with other settings ({changes}); resume it with its own "
             f"config ({saved_file}), or train into another output_dir (--set output_dir=...)"
         )
+
+
+def _differs(saved: Any, current: Any) -> bool:
+    """Whether a saved setting differs from the current one; a mapping (``model_config``) only in the entries the
+    saved file holds (a newer version may add entries)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        return any(_differs(value, current.get(key)) for key, value in saved.items())
+    return saved != current
 
 
 def target_ordinals(dataset: Dataset, docs: list) -> list[int] | None:
