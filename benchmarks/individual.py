@@ -33,10 +33,11 @@ the end of text banned until then on both sides, ``CONTINUATIONS`` (8) per promp
                          (``NEW_TOKENS`` tokens, the first prompt), the smaller; interleaved repeats, best of each
   frontier               ``{family, tau | temperature, distinct2, fluency}`` (fluency: the perplexity): causal mode
                          (token scope) at ``τ × FRONTIER_MULTIPLES`` and Qwen at ``QWEN_TEMPERATURES``; then, for
-                         each of ``AIMED_TEMPERATURES``, one more causal point at the τ that the grid's two bracketing
-                         points say writes at ``AIMED_PERPLEXITY`` (1.05) times Qwen's perplexity at that temperature,
-                         the middle of the check's allowance (``log τ`` linear in perplexity), measured like the
-                         others (the check reads measured points only)
+                         each of ``AIMED_TEMPERATURES``, causal points aimed at ``AIMED_PERPLEXITY`` (1.05) times
+                         Qwen's perplexity at that temperature, the middle of the check's allowance: the τ that the
+                         two measured points bracketing it say (``log τ`` linear in perplexity), measured like the
+                         others, up to ``AIM_STEPS`` (3) times until one lands within 2% (the check reads measured
+                         points only)
   acceptance             the issue's checks on those figures, each ``{value, threshold, pass}``
 
 Consistency (defined before any result was seen). ``CHOICE_PAIRS`` holds 16 pairs of prompts that ask the same open
@@ -149,6 +150,7 @@ FRONTIER_MULTIPLES = (0.125, 0.25, 0.5, 0.75, 1.0, 2.0, 4.0)
 AIMED_TEMPERATURES = (0.7, 1.0)  # Qwen's temperatures the frontier aims a τ at (`aimed_multiple`)
 PERPLEXITY_BOUND = 1.1  # the frontier check: Qwen's distinct-2 within this multiple of its perplexity
 AIMED_PERPLEXITY = 1.05  # the aimed point's perplexity, a multiple of Qwen's: the middle of the check's allowance
+AIM_STEPS, AIM_TOLERANCE = 3, 0.02  # at most 3 aimed points per temperature; stop within 2% of the aimed perplexity
 QWEN_TEMPERATURES = (0.5, 0.7, 1.0, 1.2)
 BOOTSTRAP = 2000
 SEED = 0
@@ -481,9 +483,13 @@ def run(base: str, sizes: dict, candidates: int | None = None) -> dict:
     causal_points = {m: timed(f"causal_x{m}", lambda m=m: causal_point(m)) for m in FRONTIER_MULTIPLES}
     for temperature in AIMED_TEMPERATURES:  # a τ aimed inside the check's perplexity allowance, then measured there
         aim = AIMED_PERPLEXITY * qwen_points[temperature]["perplexity"]
-        multiple = aimed_multiple(causal_points, "perplexity", aim)
-        if multiple is not None and multiple not in causal_points:
+        for _ in range(AIM_STEPS):  # each measured point narrows the bracket (regula falsi in log τ)
+            multiple = aimed_multiple(causal_points, "perplexity", aim)
+            if multiple is None or multiple in causal_points:
+                break
             causal_points[multiple] = timed(f"causal_x{multiple:.3g}", lambda m=multiple: causal_point(m))
+            if abs(causal_points[multiple]["perplexity"] / aim - 1) <= AIM_TOLERANCE:
+                break
     sequence, distinct_counts = timed("sequence_scope", sequence_point)
     reference = qwen_points[1.0]
 

@@ -81,8 +81,9 @@ def test_individual_benchmark_quick_on_the_tiny_preset(tmp_path):
     assert 0 <= result["individuals_differ"] <= 1
     assert _number(result["causal_speed_ratio"]) and result["causal_speed_ratio"] > 0
     families = [point["family"] for point in result["frontier"]]
-    grid = len(_benchmark().FRONTIER_MULTIPLES)  # plus at most one point aimed at each of two temperatures
-    assert grid <= families.count("causal") <= grid + 2 and families.count("qwen") == 4
+    benchmark = _benchmark()
+    grid = len(benchmark.FRONTIER_MULTIPLES)  # plus at most AIM_STEPS points aimed at each of two temperatures
+    assert grid <= families.count("causal") <= grid + 2 * benchmark.AIM_STEPS and families.count("qwen") == 4
     for point in result["frontier"]:
         assert _number(point["tau" if point["family"] == "causal" else "temperature"])
         assert _number(point["distinct2"]) and _number(point["fluency"]) and point["fluency"] > 0
