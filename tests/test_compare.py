@@ -122,3 +122,16 @@ def test_cli_errors_name_the_problem(capsys, tmp_path):
     assert "is not a preset (random:tiny" in capsys.readouterr().err
     assert main(["convert", "--base", str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "z")]) == 2
     assert "GGUF file" in capsys.readouterr().err and not (tmp_path / "z").exists()
+
+
+def test_compare_refuses_a_json_path_it_cannot_write_before_any_work(tmp_path, capsys):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    assert main(["compare", "--base", str(tmp_path / "no_base"), "--json", str(folder)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"causal-qwen compare: error: cannot write {str(folder)!r}: it is a folder; name a file"
+
+
+def test_compare_refuses_an_empty_prompt_before_any_work(tmp_path, capsys):
+    assert main(["compare", "--base", str(tmp_path / "no_base"), "--prompt", "a", "--prompt", ""]) == 2
+    assert capsys.readouterr().err.strip() == "causal-qwen compare: error: --prompt 1 is empty"

@@ -307,3 +307,39 @@ def test_example_config_loads():
     docs = read_documents(DataSource(path=config.data, template=config.template, split_by=config.split_by))
     train, valid = split_documents(docs, SplitSpec(split_by=config.split_by, split_at=config.split_at))
     assert len(docs) == 1461 and len(valid) == 365 and len(train) == 1096
+
+
+def test_plain_text_with_a_target_is_an_error(tmp_path):
+    path = write(tmp_path / "d.txt", "It was 12.5 C.\n")
+    with pytest.raises(ValueError, match=r"d\.txt: plain text files have no fields; template, split_by and target"):
+        read_documents(DataSource(path=path, target="high"))
+
+
+def test_a_folder_as_data_is_named_a_folder(tmp_path):
+    with pytest.raises(ValueError, match=r"data file '.*' is a folder; name a file in it"):
+        resolve_data_path(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_data_path(str(tmp_path / "missing.csv"))
+
+
+def test_a_json_integer_beyond_float_range_is_no_number(tmp_path):
+    rows = '{"day": 1, "high": 10.5}\n{"day": 2, "high": 11}\n{"day": 3, "high": 1' + "0" * 400 + "}\n"
+    path = write(tmp_path / "d.jsonl", rows)
+    with pytest.raises(ValueError, match=r"d\.jsonl: line 3: template field 'high' holds 1000+, which is not a number"):
+        read_documents(DataSource(path=path, template="day {day} high {high}"))
+
+
+def test_a_json_array_is_named_as_not_json_lines(tmp_path):
+    path = write(tmp_path / "d.json", '[\n  {"text": "a 1"},\n  {"text": "b 2"}\n]\n')
+    with pytest.raises(ValueError, match=r"d\.json: the file is one JSON array, not JSON Lines"):
+        read_documents(DataSource(path=path))
+    path = write(tmp_path / "e.jsonl", '{"text": "a 1"}\n[\n')  # a bad line after good ones stays a bad line
+    with pytest.raises(ValueError, match=r"e\.jsonl: line 2 is not valid JSON"):
+        read_documents(DataSource(path=path))
+
+
+def test_a_csv_split_by_semicolons_is_named(tmp_path):
+    path = write(tmp_path / "s.csv", "day;high\n1;10.5\n")
+    with pytest.raises(ValueError, match=r"template field 'day' is not a column \(columns: day;high\); the header is "
+                                         r"one column, split by ';': write the file with ','"):
+        read_documents(DataSource(path=path, template="day {day} high {high}"))

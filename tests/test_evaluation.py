@@ -377,6 +377,21 @@ def test_cauchy_interval_log_mass_against_the_cdf_and_in_the_far_tail():
     assert abs(math.log(max(naive, 1e-300)) - log_mass) > 1e-3  # the naive difference has lost it
 
 
+def test_cauchy_interval_log_mass_of_a_narrow_interval_far_from_the_median():
+    """The number 1e-37 (half a unit 5e-38) with the median at 10: ``high − loc`` and ``low − loc`` both round to
+    −10, but the mass is the density times the width, not 0 (eval's bits per byte were inf on such a text)."""
+    loc, scale = torch.tensor(10.0, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    value, half = torch.tensor(1e-37, dtype=torch.float64), torch.tensor(5e-38, dtype=torch.float64)
+    log_mass = float(evaluation.cauchy_interval_log_mass(value - half, value + half, loc, scale))
+    density = float(torch.distributions.Cauchy(loc, scale).log_prob(value))
+    assert log_mass == pytest.approx(density + math.log(1e-37), rel=1e-12)
+    # pi to 20 decimals: both ends round to the value, so the width is given (as text_bits gives 2·half)
+    pi, half = torch.tensor(math.pi, dtype=torch.float64), torch.tensor(5e-21, dtype=torch.float64)
+    log_mass = float(evaluation.cauchy_interval_log_mass(pi - half, pi + half, loc, scale, 2 * half))
+    density = float(torch.distributions.Cauchy(loc, scale).log_prob(pi))
+    assert log_mass == pytest.approx(density + math.log(1e-20), rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def tiny_model_and_tokenizer(tiny_dir):
     from causal_qwen.conversion.loading import load_model_and_tokenizer
@@ -515,3 +530,85 @@ def test_training_median_baseline_by_hand():
     assert evaluation.training_median_mdae(docs([1.0, 3.0, 5.0]), docs([10.0, 2.0, 4.0])) == 1.0
     assert evaluation.training_median_mdae([], docs([1.0])) is None
     assert evaluation.training_median_mdae(docs([None]), docs([1.0])) is None
+
+
+# ---- eval's data settings from a run's train_config.yaml ---------------------------------------------------
+def eval_spec(tmp_path, settings: dict, *argv: str):
+    """`data_spec` of ``causal-qwen eval --model RUN/final ARGV`` for a run whose train_config.yaml holds
+    ``settings`` (no model is loaded)."""
+    import yaml
+
+    from causal_qwen.cli import build_parser
+    from causal_qwen.commands.eval import data_spec
+
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True, exist_ok=True)
+    (run / "train_config.yaml").write_text(yaml.safe_dump({"model": "random:tiny", **settings}), encoding="utf-8")
+    return data_spec(build_parser().parse_args(["eval", "--model", str(run / "final"), *argv]))
+
+
+def test_eval_reads_the_run_s_table_in_its_data_format(tmp_path):
+    table = tmp_path / "weather.dat"  # a CSV by another name: training read it with data_format: csv
+    table.write_text("day,high\n1,10.5\n2,11.0\n3,12.5\n4,13.0\n", encoding="utf-8")
+    spec = eval_spec(tmp_path, {"data": str(table), "data_format": "csv", "template": "Day {day}: high {high} C.",
+                                "target": "high", "split_by": "day", "split_at": 3})
+    assert spec.format == "csv"
+    held_out = evaluation.load_documents(spec)
+    assert [doc.text for doc in held_out] == ["Day 3: high 12.5 C.", "Day 4: high 13.0 C."]
+    assert [doc.target_value for doc in held_out] == [12.5, 13.0]
+
+
+def test_eval_of_a_run_on_plain_text_leaves_the_run_s_template_and_target(tmp_path):
+    table = tmp_path / "table.csv"
+    table.write_text("day,high\n1,10.5\n2,11.0\n", encoding="utf-8")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("It was 12.5 C on day 3.\n", encoding="utf-8")
+    spec = eval_spec(tmp_path, {"data": str(table), "template": "Day {day}: high {high} C.", "target": "high"},
+                     "--data", str(notes))
+    assert (spec.template, spec.target) == (None, None)
+    assert [doc.text for doc in evaluation.load_documents(spec)] == ["It was 12.5 C on day 3."]
+    other = tmp_path / "other.csv"  # another table with the run's columns still gets its template
+    other.write_text("day,high\n5,9.0\n", encoding="utf-8")
+    spec = eval_spec(tmp_path, {"data": str(table), "template": "Day {day}: high {high} C.", "target": "high"},
+                     "--data", str(other))
+    assert (spec.template, spec.target) == ("Day {day}: high {high} C.", "high")
+
+
+def test_cli_eval_and_generate_refuse_a_folder_as_their_output_file(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    missing = str(tmp_path / "no_model")
+    assert main(["eval", "--model", missing, "--data", str(tmp_path / "no.txt"), "--json", str(folder)]) == 2
+    assert f"cannot write {str(folder)!r}: it is a folder" in capsys.readouterr().err
+    assert main(["generate", "--model", missing, "--mode", "causal", "--individual-scope", "sequence",
+                 "--save-individual", str(folder), "hi"]) == 2
+    assert f"cannot write {str(folder)!r}: it is a folder" in capsys.readouterr().err
+
+
+def test_the_metrics_table_shows_the_first_figures_of_a_long_list():
+    from causal_qwen.commands.eval import format_metrics
+
+    table = format_metrics({"documents": 1, "bits_per_number_by_order": [float(k) for k in range(3000)]})
+    line = next(line for line in table.splitlines() if line.startswith("bits per number"))
+    assert line.endswith("  0 / 1 / 2 / 3 / 4 / 5 / 6 / 7 / 8 / 9 / … (3,000 in all; --json lists every one)")
+    assert format_metrics({"bits_per_number_by_order": [1.5, 2.0]}).endswith("  1.5 / 2")
+
+
+def test_cli_number_index_with_all_numbers_is_an_error(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    both = ["--model", str(tmp_path / "no_model"), "--data", str(tmp_path / "no.txt"), "--number-index", "0",
+            "--all-numbers"]
+    assert main(["eval", *both]) == 2
+    assert "--number-index 0 and --all-numbers each choose the numbers to score" in capsys.readouterr().err
+    assert main(["plot", "numbers", *both, "--out", str(tmp_path / "n.png")]) == 2
+    assert "--number-index 0 and --all-numbers each choose the numbers to score" in capsys.readouterr().err
+
+
+def test_cli_gguf_file_with_a_model_folder_is_an_error(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    assert main(["predict", "--model", str(tmp_path / "no_model"), "--gguf-file", "model.gguf", "x"]) == 2
+    assert "--gguf-file names the GGUF file inside --base" in capsys.readouterr().err

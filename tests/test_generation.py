@@ -161,8 +161,9 @@ def test_numbers_in_results_carry_median_and_intervals(tiny_model, tokenizer):
     assert high90 - first.median == pytest.approx(first.scale * math.tan(0.45 * math.pi), rel=1e-5)
     # each number is printed to the precision its scale carries (format_prediction), two in a row apart
     assert [n.text for n in result.numbers] == [format_prediction(n.value, n.scale) for n in result.numbers]
-    assert tokenizer.decode(result.token_ids, numeric_values=[n.value for n in result.numbers],
-                            numeric_strings=[n.text for n in result.numbers], separate_numbers=True) == result.text
+    # the first number is set apart from the prompt's last word ("is-0.29" would read back as text)
+    assert " " + tokenizer.decode(result.token_ids, numeric_values=[n.value for n in result.numbers],
+                                  numeric_strings=[n.text for n in result.numbers], separate_numbers=True) == result.text
     encoded = tokenizer(result.text)
     read_back = encoded["numeric_values"][encoded["input_ids"] == num_id]
     assert read_back.tolist() == [float(n.text) for n in result.numbers]
@@ -766,3 +767,14 @@ def teacher_forced_standard_top(model, ids, mask, generated, k: int) -> torch.Te
         scores = model(input_ids=full, attention_mask=full_mask, decision="standard").logits  # (B,L,V)
     steps = scores[:, ids.shape[1] - 1 : -1]  # (B,T,V) the decision before each generated token
     return steps.topk(k, dim=-1).indices
+
+
+def test_sampling_options_outside_traditional_mode_name_how_the_mode_decides():
+    from causal_qwen.core.generation import GenerationOptions
+
+    with pytest.raises(ValueError, match=r"temperature only applies to mode 'traditional' \(mode 'standard' decides "
+                                         r"by OvR argmax\)"):
+        GenerationOptions(mode="standard", temperature=0.5).check()
+    with pytest.raises(ValueError, match=r"top_p only applies to mode 'traditional' \(mode 'causal' decides by its "
+                                         r"individuals; causal_temperature sets their spread\)"):
+        GenerationOptions(mode="causal", top_p=0.9).check()

@@ -53,6 +53,12 @@ def test_plot_frontier_errors(tmp_path, capsys):
     bench.write_text(json.dumps({"frontier": [{"family": "causal", "tau": 1.0, "distinct2": 0.5, "fluency": 0.0}]}))
     assert main(["plot", "frontier", "--from", str(bench), "--out", out]) == 2
     assert "positive" in capsys.readouterr().err
+    bench.write_text(json.dumps({"frontier": [1, 2]}))
+    assert main(["plot", "frontier", "--from", str(bench), "--out", out]) == 2
+    assert "frontier point 0 is 1, not a record of its figures" in capsys.readouterr().err
+    bench.write_text(json.dumps({"causal_temperature": "abc", "frontier": FRONTIER}))
+    assert main(["plot", "frontier", "--from", str(bench), "--out", out]) == 2
+    assert "causal_temperature 'abc' is not a number" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -151,3 +151,27 @@ def test_cli_plot_numbers_without_numbers(tiny_dir, tmp_path, capsys):
     text.write_text("no digits here\nnor here\n")
     assert main(["plot", "numbers", "--model", str(tiny_dir), "--data", str(text), "--out", str(tmp_path / "n.png")]) == 2
     assert "no numbers" in capsys.readouterr().err
+
+
+def test_cli_plot_refuses_an_output_that_is_no_png_before_any_work(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    never_read = ["--model", str(tmp_path / "no_model"), "--data", str(tmp_path / "no_data.csv")]
+    for kind in ("numbers", "calibration", "individuals"):
+        assert main(["plot", kind, *never_read, "--out", str(tmp_path / "figure.jpg")]) == 2
+        assert "plot output must be a .png file" in capsys.readouterr().err, kind
+    assert main(["plot", "next-token", "--model", str(tmp_path / "no_model"), "--text", "x",
+                 "--out", str(tmp_path / "figure.pdf")]) == 2
+    assert "plot output must be a .png file" in capsys.readouterr().err
+
+
+def test_cli_plot_training_reads_a_bom_and_names_a_line_that_is_no_object(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps({"step": s, "loss": 1.0 / s}).encode() + b"\n"
+                                                  for s in range(1, 4)))
+    assert main(["plot", "training", str(metrics), "--out", str(tmp_path / "curves.png")]) == 0
+    metrics.write_text('{"step": 1, "loss": 1.0}\n5\n', encoding="utf-8")
+    assert main(["plot", "training", str(metrics), "--out", str(tmp_path / "curves.png")]) == 2
+    assert f"{metrics}: line 2 is a JSON int, not an object" in capsys.readouterr().err

@@ -279,9 +279,29 @@ def test_a_number_written_after_a_prompt_ending_in_one_is_set_apart(tiny_model, 
     assert read == [pytest.approx(1e-3), pytest.approx(ending.numbers[0].value, rel=1e-6)]
 
 
+def test_a_number_written_right_after_a_prompt_s_word_is_set_apart(tiny_model, tokenizer):
+    """Prompt "The price is" and a first new number 2.5 would join into "is2.5", which reads back as text: the
+    text starts with a space there, not after a prompt that ends in one."""
+    from causal_qwen.core.numbers import find_numbers
+
+    with number_bias(tiny_model, 1e4):
+        glued, spaced = generate(tiny_model, tokenizer, ["The price is", "The price is "], mode="standard",
+                                 max_new_tokens=1)
+    assert glued.text.startswith(" ") and not spaced.text.startswith(" ")
+    read = [span.value for span in find_numbers("The price is" + glued.text)]
+    assert read == [pytest.approx(glued.numbers[0].value, rel=1e-6)]
+
+
 def test_predict_refuses_a_text_longer_than_the_model_reads(tiny_model, tokenizer):
     from causal_qwen.evaluation.predict import predict_next
 
     limit = tiny_model.config.max_position_embeddings
     with pytest.raises(ValueError, match=f"reads at most {limit:,} positions"):
         predict_next(tiny_model, tokenizer, " ".join(["word"] * (limit + 10)))
+
+
+def test_cli_individual_scope_outside_causal_mode_is_an_error(tmp_path, capsys):
+    from causal_qwen.cli import main
+
+    assert main(["generate", "--model", str(tmp_path / "no_model"), "--individual-scope", "sequence", "hi"]) == 2
+    assert "--individual-scope and --causal-temperature apply to --mode causal only" in capsys.readouterr().err

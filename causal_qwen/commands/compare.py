@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .eval import add_device_arguments, placement
+from .eval import add_device_arguments, check_writable_file, placement
 
 
 def register(subparsers) -> None:
@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from ..conversion.conversion import load_qwen_base
     from ..conversion.loading import convert_base
 
+    check_writable_file(args.json)  # before any work: not after the comparison
+    for index, prompt in enumerate(args.prompt or ()):
+        if not prompt:
+            raise ValueError(f"--prompt {index} is empty")
     device, dtype = placement(args)
     qwen = load_qwen_base(args.base, gguf_file=args.gguf_file, dtype=dtype).to(device)
     causal, tokenizer = convert_base(load_qwen_base(args.base, gguf_file=args.gguf_file, dtype=dtype), device=device)

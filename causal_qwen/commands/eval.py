@@ -85,6 +85,8 @@ def load_model(args: argparse.Namespace):
     """``(model, tokenizer)`` of ``--model`` or ``--base`` on ``--device`` in ``--dtype`` (`placement`)."""
     from ..conversion.loading import load_model_and_tokenizer
 
+    if args.model is not None and args.gguf_file is not None:
+        raise ValueError("--gguf-file names the GGUF file inside --base; a --model folder holds its own weights")
     device, dtype = placement(args)
     return load_model_and_tokenizer(model_dir=args.model, base=args.base, gguf_file=args.gguf_file, device=device,
                                     dtype=dtype)
@@ -138,16 +140,21 @@ def data_spec(args: argparse.Namespace):
         split_by = config.split_by  # the config's column, cut where the command line says
     split = _config_split(config, data) if from_config and split_by is None else {}
 
-    def pick(given, key: str, default):
+    data_format = config.data_format if from_config else "auto"
+    table = config if config is not None and not _plain_text(data, data_format) else None  # its fields fit no text
+
+    def pick(given, key: str, default, settings=config):
         if given is not None:
             return given
-        return getattr(config, key) if config is not None and getattr(config, key) is not None else default
+        return getattr(settings, key) if settings is not None and getattr(settings, key) is not None else default
 
     spec = EvalData(
-        path=data, template=pick(args.template, "template", None), text_field=pick(args.text_field, "text_field", "text"),
+        path=data, format=data_format, template=pick(args.template, "template", None, table),
+        text_field=pick(args.text_field, "text_field", "text", table),
         text_unit=pick(args.text_unit, "text_unit", "line"), max_length=pick(args.max_length, "max_length", 512),
-        numeric_fields=tuple(config.numeric_fields) if config is not None and config.numeric_fields else None,
-        target=pick(args.target, "target", None), skip_bad_rows=bool(config is not None and config.skip_bad_rows),
+        numeric_fields=tuple(table.numeric_fields) if table is not None and table.numeric_fields else None,
+        target=pick(args.target, "target", None, table),
+        skip_bad_rows=bool(config is not None and config.skip_bad_rows),
         **{"split_by": split_by, "split_at": args.split_at, **split},
     )
     if path is not None:  # on stdout, unless the metrics go there as JSON
@@ -170,6 +177,17 @@ def _scoring_notes(config, data: str, spec, from_config: bool, split: dict) -> l
         notes.append(f"the run's intervals were fitted and checked for '{config.target}', not '{spec.target}': "
                      f"the coverage of '{spec.target}' is not calibrated")
     return notes
+
+
+def _plain_text(data: str, data_format: str) -> bool:
+    """Whether ``data`` reads as plain text (no fields, so no template or target of a training table applies);
+    False when it cannot be found (reading it names the problem)."""
+    from ..training.data import detect_format, resolve_data_path
+
+    try:
+        return detect_format(resolve_data_path(data), data_format) == "text"
+    except (ValueError, TypeError, FileNotFoundError):
+        return False
 
 
 def _same_file(data: str, names: tuple) -> bool:
@@ -205,9 +223,12 @@ def _describe_spec(spec, split: dict) -> str:
 
 
 def check_writable_file(path: str | None) -> None:
-    """Raise ``ValueError`` when ``path`` (an output file) cannot be written, before any work is done."""
+    """Raise ``ValueError`` when ``path`` (an output file) cannot be written (a folder is there, or no writable
+    folder holds it), before any work is done."""
     if path is None or path == "-":
         return
+    if Path(path).is_dir():
+        raise ValueError(f"cannot write {path!r}: it is a folder; name a file")
     parent = Path(path).resolve().parent
     probe = parent
     while not probe.exists():
@@ -216,10 +237,18 @@ def check_writable_file(path: str | None) -> None:
         raise ValueError(f"cannot write {path!r}: {str(probe)!r} is not a writable folder")
 
 
+def check_number_choice(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--number-index`` with ``--all-numbers``: each chooses the numbers scored."""
+    if args.number_index is not None and args.all_numbers:
+        raise ValueError(f"--number-index {args.number_index} and --all-numbers each choose the numbers to score; "
+                         "give one of them")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation.evaluation import checked_metrics, evaluate_documents, load_split_documents, training_median_mdae
 
     check_writable_file(args.json)
+    check_number_choice(args)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     placement(args)  # a bad --device/--dtype fails before the data is read
@@ -284,11 +313,16 @@ def format_metrics(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+LIST_SHOWN = 10  # the entries of a list figure the table shows (a long text's bits per number by order: thousands)
+
+
 def _fmt(value) -> str:
+    """A figure as the table shows it; a list as its first `LIST_SHOWN` entries and how many there are."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
     if isinstance(value, list):
-        return " / ".join(_fmt(item) for item in value)
+        shown = " / ".join(_fmt(item) for item in value[:LIST_SHOWN])
+        return shown if len(value) <= LIST_SHOWN else f"{shown} / … ({len(value):,} in all; --json lists every one)"
     return str(value)

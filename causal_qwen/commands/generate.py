@@ -36,8 +36,9 @@ def register(subparsers) -> None:
     parser.add_argument("--top-k", type=int, default=None, help="traditional mode: keep the k most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, help="traditional mode: nucleus probability")
     parser.add_argument("--stop", action="append", default=None, metavar="STR", help="stop string (repeatable)")
-    parser.add_argument("--individual-scope", default="token", choices=("token", "sequence"),
-                        help="causal mode: a fresh individual per token (default) or one per text (sequence)")
+    parser.add_argument("--individual-scope", default=None, choices=("token", "sequence"),
+                        help="causal mode: a fresh individual per token (token, the default) or one per text "
+                        "(sequence)")
     parser.add_argument("--causal-temperature", type=float, default=None, metavar="TAU",
                         help="causal mode: the individual's spread τ (default: the model's calibrated value)")
     parser.add_argument("--individual", default=None, metavar="FILE",
@@ -97,8 +98,10 @@ def _format_numbers(result) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.mode not in MODES:
         raise ValueError(f"unknown mode {args.mode!r}; the modes are {', '.join(MODES)}")
-    if (args.individual or args.save_individual or args.causal_temperature is not None) and args.mode != "causal":
-        raise ValueError("--individual, --save-individual and --causal-temperature apply to --mode causal only")
+    causal_options = (args.individual, args.save_individual, args.causal_temperature, args.individual_scope)
+    if any(option is not None for option in causal_options) and args.mode != "causal":
+        raise ValueError("--individual, --save-individual, --individual-scope and --causal-temperature apply to "
+                         "--mode causal only")
     if (args.individual or args.save_individual) and args.individual_scope != "sequence":
         raise ValueError("--individual and --save-individual need --individual-scope sequence (one ε per text; "
                          "a token-scope run replays from its --seed)")
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         stop_strings=tuple(args.stop or ()),
         individual=individual,
-        **({"individual_scope": args.individual_scope, "causal_temperature": args.causal_temperature}
+        **({"individual_scope": args.individual_scope or "token", "causal_temperature": args.causal_temperature}
            if args.mode == "causal" else {}),
     )
     streamer = NumericTextStreamer(tokenizer, callback=None if args.json else show, track_text=not args.json)

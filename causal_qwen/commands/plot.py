@@ -9,8 +9,10 @@ fluency of causal mode and Qwen's sampling, from ``benchmarks/individual.py --js
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from .eval import add_data_arguments, add_model_arguments, check_writable_file, data_spec, load_model
+from .eval import (add_data_arguments, add_model_arguments, check_number_choice, check_writable_file, data_spec,
+                   load_model)
 
 
 def register(subparsers) -> None:
@@ -69,10 +71,19 @@ def _model_and_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output .png file")
 
 
+def check_png_file(path: str) -> None:
+    """Raise ``ValueError`` when ``path`` (``--out``) is no .png file or cannot be written, before any work is
+    done."""
+    if Path(path).suffix.lower() != ".png":
+        raise ValueError(f"plot output must be a .png file, got {path!r}")
+    check_writable_file(path)
+
+
 def _number_predictions(args: argparse.Namespace, keep_individuals: bool = False):
     from ..evaluation.evaluation import evaluate_data
 
-    check_writable_file(args.out)
+    check_png_file(args.out)
+    check_number_choice(args)
     spec = data_spec(args)
     model, tokenizer = load_model(args)
     result = evaluate_data(model, tokenizer, spec, batch_size=args.batch_size,
@@ -125,7 +136,7 @@ def run_next_token(args: argparse.Namespace) -> int:
     from ..evaluation import plots
     from ..evaluation.predict import predict_next
 
-    check_writable_file(args.out)
+    check_png_file(args.out)
     model, tokenizer = load_model(args)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
     candidates = view.candidates
@@ -141,12 +152,10 @@ def run_next_token(args: argparse.Namespace) -> int:
 
 
 def run_training(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ..evaluation import plots
     from ..training.monitoring import read_metrics
 
-    check_writable_file(args.out)
+    check_png_file(args.out)
     metrics = Path(args.metrics)
     if metrics.is_dir():
         metrics = metrics / "metrics.jsonl"
@@ -159,11 +168,10 @@ def run_training(args: argparse.Namespace) -> int:
 
 def run_frontier(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from ..evaluation import plots
 
-    check_writable_file(args.out)
+    check_png_file(args.out)
     bench = Path(args.bench)
     if not bench.is_file():
         raise ValueError(f"benchmark file {str(bench)!r} does not exist")
@@ -174,6 +182,8 @@ def run_frontier(args: argparse.Namespace) -> int:
     if not isinstance(figures, dict) or not isinstance(figures.get("frontier"), list):
         raise ValueError(f"{str(bench)!r} holds no 'frontier' list (write it with benchmarks/individual.py --json)")
     tau = figures.get("causal_temperature")
+    if tau is not None and not (isinstance(tau, (int, float)) and not isinstance(tau, bool)):
+        raise ValueError(f"{str(bench)!r}: causal_temperature {tau!r} is not a number")
     path = plots.plot_frontier(figures["frontier"], args.out, calibrated_tau=float(tau) if tau is not None else None)
     print(f"wrote {path}")
     return 0

@@ -87,7 +87,9 @@ class GenerationOptions:
         if self.mode != "traditional" and (given or self.do_sample):
             names = ", ".join(given or ["do_sample"])
             verb = "applies" if len(given) <= 1 else "apply"
-            raise ValueError(f"{names} only {verb} to mode 'traditional' (mode {self.mode!r} decides by OvR argmax)")
+            how = "decides by OvR argmax" if self.mode == "standard" else \
+                "decides by its individuals; causal_temperature sets their spread"
+            raise ValueError(f"{names} only {verb} to mode 'traditional' (mode {self.mode!r} {how})")
         if self.temperature is not None and not (
             isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
         ):

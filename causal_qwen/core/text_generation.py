@@ -274,13 +274,23 @@ class _RowText:
         self.checked = 0  # length of the text already searched for stop strings
         self.stopped_text: str | None = None
         self.after_number = False  # the prompt ends in a number: a number written first is set apart by a space
+        self.prompt_end = ""  # the text of the prompt's last token, when it is no number
 
     def decode(self) -> str:
         text = self.tokenizer.decode(self.ids, numeric_values=self.values, numeric_strings=self.strings,
                                      skip_special_tokens=False, separate_numbers=True)
-        if self.after_number and self.ids and self.ids[0] == self.tokenizer.num_token_id:
+        if self.ids and self.ids[0] == self.tokenizer.num_token_id and (self.after_number or self._glued(text)):
             return " " + text  # else "1e-3" and a new 2.5 would read back as the one number "1e-32.5"
         return text
+
+    def _glued(self, text: str) -> bool:
+        """Whether the number ``text`` starts with would not read back as itself right after the prompt's last
+        token: ``high`` and a new 10.6 would join into ``high10.6``, which reads back as text."""
+        if not self.prompt_end or not self.strings[0]:
+            return False
+        start, end = len(self.prompt_end), len(self.prompt_end) + len(self.strings[0])
+        spans = find_numbers(self.prompt_end + text, decimal_comma=getattr(self.tokenizer, "decimal_comma", False))
+        return not any(span.start == start and span.end == end for span in spans)
 
     def push(self, token: int, value: float, track: bool, string: str = "") -> str:
         """Append one token; when tracking, return the newly visible text."""
@@ -406,6 +416,8 @@ class NumericTextStreamer(BaseStreamer):
         if self._steps == 0 and position >= 1:  # the prompt's last token, for a number written right after it
             for row, previous in enumerate(input_ids[:, position - 1].tolist()):
                 self._rows[row].after_number = previous == state.num_token_id
+                if not self._rows[row].after_number:
+                    self._rows[row].prompt_end = self.tokenizer.decode([previous], skip_special_tokens=False)
         self._steps += 1
         for row in range(len(tokens)):
             if active[row]:

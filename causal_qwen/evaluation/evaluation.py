@@ -580,15 +580,16 @@ def _add_block_scores(
 class EvalData:
     """How to read the evaluation documents (`causal_qwen.training.data` does the reading).
 
-    path: JSONL, text or CSV file (or ``vega:NAME``); template / text_field / text_unit / numeric_fields: as
-    in `causal_qwen.training.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by`` value is
-    ``>= split_at`` (the held-out part of a split by date); validation_split (+ seed, or with split_by): the
+    path: JSONL, text or CSV file (or ``vega:NAME``); format / template / text_field / text_unit / numeric_fields:
+    as in `causal_qwen.training.data.DataSource`; split_by + split_at: evaluate only the rows whose ``split_by``
+    value is ``>= split_at`` (the held-out part of a split by date); validation_split (+ seed, or with split_by): the
     validation side of training's split by fraction; max_length: tokens per document (longer are cut);
     target: a template field whose number the number metrics score; skip_bad_rows: skip rows that cannot become
     documents (as training did with the same setting) instead of stopping.
     """
 
     path: str
+    format: str = "auto"
     template: str | None = None
     text_field: str = "text"
     text_unit: str = "line"
@@ -617,8 +618,8 @@ def load_split_documents(spec: EvalData) -> tuple[list, list]:
     if spec.split_at is not None and spec.split_by is None:
         raise ValueError("split_at needs split_by (evaluate rows whose split_by value is >= split_at)")
     source = DataSource(
-        path=spec.path, template=spec.template, text_field=spec.text_field, text_unit=spec.text_unit,
-        split_by=spec.split_by, numeric_fields=spec.numeric_fields, target=spec.target,
+        path=spec.path, format=spec.format, template=spec.template, text_field=spec.text_field,
+        text_unit=spec.text_unit, split_by=spec.split_by, numeric_fields=spec.numeric_fields, target=spec.target,
         skip_bad_rows=spec.skip_bad_rows,
     )
     documents = read_documents(source)
@@ -708,16 +709,22 @@ def number_half_unit(spelled: str, decimal_comma: bool = False) -> float:
     return 0.5 * spans[0].unit
 
 
-def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
-    """``log P(low ≤ Y ≤ high)`` for ``Y ~ Cauchy(loc, scale)`` (float64, broadcast; low < high).
+def cauchy_interval_log_mass(low: Tensor, high: Tensor, loc: Tensor, scale: Tensor,
+                             width: Tensor | None = None) -> Tensor:
+    """``log P(low ≤ Y ≤ high)`` for ``Y ~ Cauchy(loc, scale)`` (float64, broadcast; low < high). ``width``:
+    ``high − low`` where it is known better than the difference of the rounded ends (a number written with more
+    digits than float64 keeps, ``3.14159265358979323846`` ± 5e-21, whose ends both round to the value).
 
     With ``a = (high − loc)/scale`` and ``b = (low − loc)/scale``, ``π·P = atan a − atan b
-    = atan((a − b)/(1 + ab)) + π·[1 + ab < 0]``: no cancellation when both lie far in the same tail.
+    = atan((a − b)/(1 + ab)) + π·[1 + ab < 0]``: no cancellation when both lie far in the same tail; ``a − b`` is
+    taken as ``(high − low)/scale``, which keeps an interval far narrower than its distance from ``loc`` (the
+    number 1e-37 with ``loc`` 10) from vanishing.
     """
     a = (high.double() - loc.double()) / scale.double()
     b = (low.double() - loc.double()) / scale.double()
+    width = ((high.double() - low.double()) if width is None else width.double()) / scale.double()  # a − b
     denominator = 1 + a * b
-    angle = torch.atan((a - b) / denominator) + math.pi * (denominator < 0).double()
+    angle = torch.atan(width / denominator) + math.pi * (denominator < 0).double()
     return torch.log(angle / math.pi)
 
 
@@ -846,7 +853,7 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
                     h = torch.tensor(half_units, dtype=torch.float64, device=device)  # (M,)
                     loc = loc_Y[rows, cols][is_number].double()
                     scale = scale_Y[rows, cols][is_number].double()
-                    number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale)  # (M,)
+                    number_log_p = log_p[is_number] + cauchy_interval_log_mass(v - h, v + h, loc, scale, 2 * h)  # (M,)
                     nats = -float(log_p[~is_number].sum()) - float(number_log_p.sum())
                     totals.bits += nats / math.log(2)
                     totals.num_token_bits += -float(log_p[is_number].sum()) / math.log(2)

@@ -375,6 +375,8 @@ def plot_frontier(points: Sequence[Mapping[str, Any]], path: str | Path, calibra
         raise ValueError("the frontier has no points to plot")
     series: dict[str, list[tuple[float, float, float]]] = {family: [] for family in FRONTIER_FAMILIES}
     for index, point in enumerate(points):
+        if not isinstance(point, Mapping):
+            raise ValueError(f"frontier point {index} is {point!r}, not a record of its figures")
         family = point.get("family")
         if family not in FRONTIER_FAMILIES:
             raise ValueError(f"frontier point {index}: family must be one of {sorted(FRONTIER_FAMILIES)}, "

@@ -91,6 +91,8 @@ def resolve_data_path(spec: str) -> Path:
     if spec.startswith(VEGA_PREFIX):
         return vega_dataset_path(spec[len(VEGA_PREFIX) :])
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise ValueError(f"data file {spec!r} is a folder; name a file in it")
     if not path.is_file():
         raise FileNotFoundError(f"data file {spec!r} does not exist")
     return path
@@ -143,11 +145,14 @@ def template_fields(template: str) -> list[str]:
 
 
 def parse_number(value: Any) -> float | None:
-    """The finite float a cell holds, or None (empty, text, NaN, inf, bool)."""
+    """The finite float a cell holds, or None (empty, text, NaN, inf, an int beyond float's range, bool)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a JSON integer of hundreds of digits
+            return None
     else:
         text = str(value).strip()
         if "_" in text:  # float() accepts "1_000"; a data cell with it is text
@@ -294,8 +299,9 @@ def read_documents(source: DataSource) -> list[Document]:
     path = resolve_data_path(source.path)
     data_format = detect_format(path, source.format)
     if data_format == "text":
-        if source.template is not None or source.split_by is not None:
-            raise ValueError(f"{path}: plain text files have no fields; template and split_by need JSONL or CSV data")
+        if source.template is not None or source.split_by is not None or source.target is not None:
+            raise ValueError(f"{path}: plain text files have no fields; template, split_by and target need JSONL or "
+                             "CSV data")
         documents = list(_read_text(path, source.text_unit))
     else:
         rows = _read_jsonl_rows(path, source.skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
@@ -337,8 +343,9 @@ def _read_text(path: Path, unit: str) -> Iterator[Document]:
 
 
 def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
+    text = read_utf8_text(path)
     rows = []
-    with io.StringIO(read_utf8_text(path), newline=None) as handle:
+    with io.StringIO(text, newline=None) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -346,6 +353,9 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
+                if not rows and _one_json_array(text):
+                    raise ValueError(f"{path}: the file is one JSON array, not JSON Lines (one JSON object per line); "
+                                     "write each record on a line of its own (e.g. jq -c '.[]')") from None
                 message = f"{path}: line {number} is not valid JSON ({error})"
             else:
                 if not isinstance(record, dict):
@@ -357,6 +367,16 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
             else:
                 raise BadRow(message)
     return rows
+
+
+def _one_json_array(text: str) -> bool:
+    """Whether ``text`` is one JSON array (a ``.json`` file as most tools write one), not JSON Lines."""
+    if not text.lstrip().startswith("["):
+        return False
+    try:
+        return isinstance(json.loads(text), list)
+    except json.JSONDecodeError:
+        return False
 
 
 def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -477,6 +497,10 @@ def _check_columns(path: Path, columns: list[str], needed: list[str], what: str)
         if name not in columns:
             close = difflib.get_close_matches(name, columns, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
+            separator = next((char for char in ";\t|" if len(columns) == 1 and char in columns[0]), None)
+            if separator is not None:  # one column that holds the others: another separator than the reader's
+                hint = (f"; the header is one column, split by {separator!r}: write the file with ',' between "
+                        "fields (tabs in a .tsv file)")
             raise ValueError(
                 f"{path}: row 0 (header): {what} '{name}' is not a column (columns: {', '.join(columns)}){hint}"
             )

@@ -231,17 +231,21 @@ def _jsonable(value: Any) -> Any:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` file, in order (a half-written last line, as a killed run may leave,
-    is skipped with a warning)."""
+    is skipped with a warning; a leading byte-order mark, as an editor may save, is dropped). ``ValueError`` naming
+    the line that is no JSON object."""
     records = []
-    text = Path(path).read_text(encoding="utf-8")
+    text = Path(path).read_text(encoding="utf-8-sig")
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError as error:
                 if number == len(lines) and not text.endswith("\n"):
                     logger.warning("%s: skipping the half-written last line %d", path, number)
                     continue
                 raise ValueError(f"{path}: line {number} is not valid JSON ({error})") from error
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: line {number} is a JSON {type(record).__name__}, not an object")
+            records.append(record)
     return records
