@@ -343,3 +343,9 @@ def test_a_csv_split_by_semicolons_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"template field 'day' is not a column \(columns: day;high\); the header is "
                                          r"one column, split by ';': write the file with ','"):
         read_documents(DataSource(path=path, template="day {day} high {high}"))
+
+
+def test_a_csv_header_that_names_a_column_twice_is_an_error(tmp_path):
+    path = write(tmp_path / "twice.csv", "day,high,high\n1,10.5,11.0\n")
+    with pytest.raises(ValueError, match=r"twice.csv: row 0 \(header\): the column names 'high' appear more than once"):
+        read_documents(DataSource(path=path, template="day {day} high {high}"))

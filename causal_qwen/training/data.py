@@ -385,6 +385,10 @@ def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         reader = csv.DictReader(handle, delimiter=delimiter)
         if reader.fieldnames is None:
             return []
+        repeated = sorted({name for name in reader.fieldnames if reader.fieldnames.count(name) > 1})
+        if repeated:  # a reader keeps only the last of them: a silent choice of one column
+            raise ValueError(f"{path}: row 0 (header): the column names {', '.join(map(repr, repeated))} appear more "
+                             "than once; give every column its own name")
         rows = []
         for row in reader:
             rows.append((reader.line_num, row))
