@@ -420,6 +420,20 @@ def test_text_bits_equal_qwen_bits_on_text_without_numbers(tiny_model_and_tokeni
 
 
 @torch.no_grad()
+def test_text_bits_refuse_a_text_longer_than_the_model_s_positions(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    limit = model.config.max_position_embeddings
+    model.config.max_position_embeddings = 8
+    try:
+        assert evaluation.text_bits(model, tokenizer, ["Short."]).tokens > 0  # within the positions: read
+        with pytest.raises(ValueError, match=r"text 1 is \d+ tokens long, more than the model's 8 positions"):
+            evaluation.text_bits(model, tokenizer, ["Short.", "A text of many more words than eight tokens hold."],
+                                 batch_size=2)
+    finally:
+        model.config.max_position_embeddings = limit
+
+
+@torch.no_grad()
 def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     coarse = evaluation.text_bits(model, tokenizer, ["The high was 12.8 C."])

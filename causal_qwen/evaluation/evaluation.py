@@ -809,6 +809,20 @@ def _check_texts(texts) -> list[str]:
 
 
 @torch.no_grad()
+def _check_within_positions(model, lengths: Tensor, first: int) -> None:
+    """Raise ``ValueError`` when a text of the batch starting at text ``first`` holds more tokens (``lengths``
+    (B,)) than the model has positions: bits per byte read each text whole, in one pass, and a model read past
+    the positions it was trained on gives figures that mean nothing."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if longest > limit:
+        index = first + int(lengths.argmax())
+        raise ValueError(f"text {index} is {longest:,} tokens long, more than the model's {limit:,} positions; "
+                         "bits per byte read each text whole: split it (e.g. --text-unit line)")
+
+
 def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch_size: int = 8) -> TextBits:
     """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`. A progress bar on
     stderr (`causal_qwen.progress`) counts the texts."""
@@ -832,6 +846,7 @@ def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch
                 for start in range(0, len(texts), batch_size):
                     batch = texts[start : start + batch_size]
                     encoded = tokenizer(batch, padding=True, padding_side="right")
+                    _check_within_positions(model, encoded["attention_mask"].sum(dim=1), start)
                     ids = encoded["input_ids"].to(device)  # (B,S)
                     values = encoded["numeric_values"].to(device)  # (B,S)
                     keep = encoded["attention_mask"].to(device).bool()  # (B,S)
