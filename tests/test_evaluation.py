@@ -572,6 +572,17 @@ def test_eval_reads_the_run_s_table_in_its_data_format(tmp_path):
     assert [doc.target_value for doc in held_out] == [12.5, 13.0]
 
 
+def test_eval_data_format_reads_another_table_by_another_name(tmp_path):
+    table = tmp_path / "weather.csv"
+    table.write_text("day,high\n1,10.5\n2,11.0\n", encoding="utf-8")
+    other = tmp_path / "later.txt"  # a CSV named .txt: by its suffix it would be plain text
+    other.write_text("day,high\n5,9.0\n", encoding="utf-8")
+    settings = {"data": str(table), "template": "Day {day}: high {high} C.", "target": "high"}
+    assert eval_spec(tmp_path, settings, "--data", str(other)).template is None  # read as text: no template
+    spec = eval_spec(tmp_path, settings, "--data", str(other), "--data-format", "csv")
+    assert [doc.text for doc in evaluation.load_documents(spec)] == ["Day 5: high 9.0 C."]
+
+
 def test_eval_of_a_run_on_plain_text_leaves_the_run_s_template_and_target(tmp_path):
     table = tmp_path / "table.csv"
     table.write_text("day,high\n1,10.5\n2,11.0\n", encoding="utf-8")

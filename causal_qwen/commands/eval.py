@@ -99,6 +99,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "train_config.yaml that training saved beside --model (in it or its parent folder), if any",
     )
     parser.add_argument("--data", default=None, help="JSONL, text or CSV file (or vega:NAME); default: the config's")
+    parser.add_argument("--data-format", choices=("auto", "jsonl", "csv", "text"), default=None,
+                        help="how to read --data (default: the config's for its own file, else by the file's suffix: "
+                        ".jsonl/.json JSON Lines, .csv/.tsv CSV, anything else plain text)")
     parser.add_argument("--template", default=None, help="format string turning each CSV/JSONL row into text")
     parser.add_argument("--text-field", default=None, help="JSONL/CSV field holding the text (default 'text')")
     parser.add_argument("--text-unit", choices=("line", "block"), default=None, help="plain text: documents per")
@@ -140,7 +143,7 @@ def data_spec(args: argparse.Namespace):
         split_by = config.split_by  # the config's column, cut where the command line says
     split = _config_split(config, data) if from_config and split_by is None else {}
 
-    data_format = config.data_format if from_config else "auto"
+    data_format = args.data_format or (config.data_format if from_config else "auto")
     table = config if config is not None and not _plain_text(data, data_format) else None  # its fields fit no text
 
     def pick(given, key: str, default, settings=config):
