@@ -349,3 +349,10 @@ def test_a_csv_header_that_names_a_column_twice_is_an_error(tmp_path):
     path = write(tmp_path / "twice.csv", "day,high,high\n1,10.5,11.0\n")
     with pytest.raises(ValueError, match=r"twice.csv: row 0 \(header\): the column names 'high' appear more than once"):
         read_documents(DataSource(path=path, template="day {day} high {high}"))
+
+
+def test_a_csv_row_is_named_by_the_line_it_starts_on_when_a_cell_holds_newlines(tmp_path):
+    rows = 'note,temp_max\n"two\nlines",12.8\n"three\nmore\nlines",warm\n'
+    path = write(tmp_path / "notes.csv", rows)
+    with pytest.raises(ValueError, match=r"notes\.csv: row 2 \(line 4\): template field 'temp_max' holds 'warm'"):
+        read_documents(DataSource(path=path, template="{note}: {temp_max} C", numeric_fields=["temp_max"]))

@@ -390,8 +390,10 @@ def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise ValueError(f"{path}: row 0 (header): the column names {', '.join(map(repr, repeated))} appear more "
                              "than once; give every column its own name")
         rows = []
+        first_line = reader.line_num + 1  # a quoted cell may hold newlines: a row is named by the line it starts on
         for row in reader:
-            rows.append((reader.line_num, row))
+            rows.append((first_line, row))
+            first_line = reader.line_num + 1
     return rows
 
 
