@@ -175,3 +175,6 @@ def test_cli_plot_training_reads_a_bom_and_names_a_line_that_is_no_object(tmp_pa
     metrics.write_text('{"step": 1, "loss": 1.0}\n5\n', encoding="utf-8")
     assert main(["plot", "training", str(metrics), "--out", str(tmp_path / "curves.png")]) == 2
     assert f"{metrics}: line 2 is a JSON int, not an object" in capsys.readouterr().err
+    metrics.write_text('{"step": 1, "loss": 1.0}\n{"step": "a", "loss": 0.5}\n', encoding="utf-8")
+    assert main(["plot", "training", str(metrics), "--out", str(tmp_path / "curves.png")]) == 2
+    assert "metrics record 2: step 'a' is not a number" in capsys.readouterr().err

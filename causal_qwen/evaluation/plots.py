@@ -284,7 +284,12 @@ TRAINING_PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def plot_training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """One panel per figure group that has data (``step`` on the x axis), from ``metrics.jsonl`` records."""
+    """One panel per figure group that has data (``step`` on the x axis), from ``metrics.jsonl`` records
+    (``ValueError`` naming a record whose step is no number)."""
+    for index, record in enumerate(records):
+        step = record.get("step")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+            raise ValueError(f"metrics record {index + 1}: step {step!r} is not a number")
     panels = []
     for title, keys in TRAINING_PANELS:
         lines = []
