@@ -434,6 +434,19 @@ def test_text_bits_refuse_a_text_longer_than_the_model_s_positions(tiny_model_an
 
 
 @torch.no_grad()
+def test_qwen_text_bits_refuse_a_text_longer_than_the_model_s_positions():
+    from causal_qwen.conversion.presets import build_preset
+    from causal_qwen.core.tokenizer import build_qwen25_base_tokenizer
+
+    qwen = build_preset("random:tiny")
+    qwen.config.max_position_embeddings = 8
+    tokenizer = build_qwen25_base_tokenizer()
+    assert evaluation.qwen_text_bits(qwen, tokenizer, ["Short."]).tokens > 0
+    with pytest.raises(ValueError, match=r"text 1 is \d+ tokens long, more than the model's 8 positions"):
+        evaluation.qwen_text_bits(qwen, tokenizer, ["Short.", "A text of many more words than eight tokens hold."])
+
+
+@torch.no_grad()
 def test_text_bits_of_a_number_are_p_num_times_the_interval_mass(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     coarse = evaluation.text_bits(model, tokenizer, ["The high was 12.8 C."])

@@ -924,9 +924,10 @@ def qwen_text_bits(model, tokenizer, texts, batch_size: int = 8) -> TextBits:
     totals = TextBits()
     try:
         start_logits = model(input_ids=torch.tensor([[context]], device=device)).logits  # (1,1,V)
-        for text in texts:
+        for index, text in enumerate(texts):
             encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             ids = torch.tensor([encoded["input_ids"]], device=device)  # (1,S)
+            _check_within_positions(model, torch.tensor([ids.shape[1]]), index)
             logits = _after_start(start_logits, model(input_ids=ids).logits)[0].double()  # (S,V)
             log_p = torch.log_softmax(logits, dim=-1).gather(1, ids[0].unsqueeze(1))[:, 0]  # (S,)
             spans = find_numbers(text)
