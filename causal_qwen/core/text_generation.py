@@ -289,7 +289,9 @@ class _RowText:
         if not self.prompt_end or not self.strings[0]:
             return False
         start, end = len(self.prompt_end), len(self.prompt_end) + len(self.strings[0])
-        spans = find_numbers(self.prompt_end + text, decimal_comma=getattr(self.tokenizer, "decimal_comma", False))
+        word_end = next((k for k in range(len(self.strings[0]), len(text)) if text[k].isspace()), len(text))
+        head = self.prompt_end + text[:word_end]  # a left glue reaches no further than the word
+        spans = find_numbers(head, decimal_comma=getattr(self.tokenizer, "decimal_comma", False))
         return not any(span.start == start and span.end == end for span in spans)
 
     def push(self, token: int, value: float, track: bool, string: str = "") -> str:
