@@ -40,8 +40,9 @@ Figures per table and model: ``mdae``, ``log_score`` (mean negative log density 
 Cauchy's for causal_qwen), ``coverage_50``, ``coverage_90``, ``scale_error_spearman`` (Spearman of the
 predicted scale and |error|), ``calibration`` (nominal vs empirical central-interval coverage),
 ``train_seconds``; causal_qwen adds ``tail_ratio`` (q90/q50 of |error|/scale; a Cauchy's is 6.31) and its
-training's ``interval_check``, ``interval_floor`` (a table too small for a check slice: the widths floored at the
-warm start's out-of-fold error), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
+training's ``interval_check``, ``interval_floor`` (the widths floored at the warm start's out-of-fold error on a
+table too small for a check slice, or at its forward error after a time split with the backbone frozen; its
+``floor`` says which), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
 that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit).
 ``acceptance`` per table checks issue 11's figures. ``--json`` prints
 ``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ..., "settings": ...}`` (and ``real_weights`` with

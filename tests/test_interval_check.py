@@ -83,6 +83,16 @@ def test_target_ordinals_pick_one_number_per_document():
     torch.testing.assert_close(second, every[1::2])
 
 
+def readings_config(tmp_path, name: str, rows: list[str], split_at: str):
+    """A four-key config (data, template, target, split) over a CSV ``day,reading`` of ``rows``: its path."""
+    (tmp_path / f"{name}.csv").write_text("\n".join(["day,reading", *rows]) + "\n", encoding="utf-8")
+    config_file = tmp_path / f"{name}.yaml"
+    config_file.write_text(
+        f"data: {tmp_path / f'{name}.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
+        f"target: reading\nsplit_by: day\nsplit_at: '{split_at}'\n", encoding="utf-8")
+    return config_file
+
+
 def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_path):
     """data, template, target and split only (plus where to write and, to keep the test short, three steps): the
     random recipe fills the rest, says so, keeps the latest training rows for the location and interval checks (in
@@ -91,13 +101,8 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import run_training
 
-    rows = ["day,reading"] + [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{20 + 5 * math.sin(i / 9):.1f}"
-                              for i in range(120)]
-    (tmp_path / "readings.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    config_file = tmp_path / "four.yaml"
-    config_file.write_text(
-        f"data: {tmp_path / 'readings.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
-        "target: reading\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
+    rows = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{20 + 5 * math.sin(i / 9):.1f}" for i in range(120)]
+    config_file = readings_config(tmp_path, "four", rows, "2020-04-01")
     config = load_train_config(config_file, [f"output_dir={tmp_path / 'run'}", "max_steps=3", "report_to=none",
                                              "progress_bar=false", "eval_steps=0", "save_steps=0"])
     assert config.recipe == "random" and config.batch_size == 64 and config.interval_check == 0.1
@@ -144,12 +149,8 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import WARM_START_FILE, run_training
 
-    rows = ["day,reading"] + [f"2021-01-{1 + i:02d},{100 + 7 * i + 9 * math.sin(i):.1f}" for i in range(26)]
-    (tmp_path / "small.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    config_file = tmp_path / "small.yaml"
-    config_file.write_text(
-        f"data: {tmp_path / 'small.csv'}\ntemplate: 'On {{day}} the reading was {{reading}}.'\n"
-        "target: reading\nsplit_by: day\nsplit_at: '2021-01-21'\n", encoding="utf-8")
+    rows = [f"2021-01-{1 + i:02d},{100 + 7 * i + 9 * math.sin(i):.1f}" for i in range(26)]
+    config_file = readings_config(tmp_path, "small", rows, "2021-01-21")
     settings = [f"output_dir={tmp_path / 'run'}", "max_steps=40", "report_to=none", "progress_bar=false",
                 "eval_steps=0", "save_steps=20"]
     lines: list[str] = []
@@ -169,6 +170,67 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     assert resumed.interval_floor is not None
     assert resumed.interval_floor.out_of_fold_mdae == pytest.approx(floor.out_of_fold_mdae)
     assert resumed.interval_floor.scale_factor == pytest.approx(floor.scale_factor, rel=1e-4)
+
+
+def test_the_forward_floor_applies_after_a_split_by_a_column_with_the_backbone_frozen():
+    """`interval_floor` chooses the warm start's forward error after a split by a column when the backbone is frozen
+    (the pretrained recipe's read-out is the forecast), the out-of-fold error when no slice was kept, the larger of
+    the two when both apply, and none for a backbone that trains with a slice, a random split, or a report written
+    before the forward error was measured."""
+    from causal_qwen.training.data import Document
+    from causal_qwen.training.interval_check import FLOOR_FORWARD, FLOOR_NO_SLICE
+    from causal_qwen.training.train_config import TrainConfig
+    from causal_qwen.training.training import interval_floor
+    from causal_qwen.training.warm_start import WarmStartReport
+
+    documents = [Document(text="day: <NUM>", source="t.csv", row=i, split_value=f"2020-01-{i + 1:02d}")
+                 for i in range(20)]
+    warm = WarmStartReport(numbers=20, scored=20, ridge=1.0, train_mdae=1.0, out_of_fold_mdae=2.0, seconds=0.1,
+                           forward_mdae=3.0)
+
+    def config(**settings):
+        return TrainConfig(model="random:tiny", data="t.csv", interval_check=0.1, **settings)
+
+    by_day = {"split_by": "day", "split_at": "2020-03-01"}
+    slice_kept = documents[-2:]
+    assert interval_floor(config(freeze_backbone=True, **by_day), documents, slice_kept, warm) == (3.0, FLOOR_FORWARD)
+    assert interval_floor(config(freeze_backbone=False, **by_day), documents, slice_kept, warm) is None
+    assert interval_floor(config(freeze_backbone=False, **by_day), documents, [], warm) == (2.0, FLOOR_NO_SLICE)
+    narrower = WarmStartReport(**{**warm.to_dict(), "forward_mdae": 1.5})
+    assert interval_floor(config(freeze_backbone=True, **by_day), documents, [], narrower) == (2.0, FLOOR_NO_SLICE)
+    random_split = config(freeze_backbone=True, validation_split=0.1)
+    assert interval_floor(random_split, documents, slice_kept, warm) is None
+    older = WarmStartReport(**{**warm.to_dict(), "forward_mdae": None})  # a warm_start.json of an earlier version
+    assert interval_floor(config(freeze_backbone=True, **by_day), documents, slice_kept, older) is None
+    too_few = WarmStartReport(**{**warm.to_dict(), "scored": 9})
+    assert interval_floor(config(freeze_backbone=True, **by_day), documents, [], too_few) is None
+
+
+def test_a_frozen_backbone_after_a_time_split_floors_at_the_forward_error(tmp_path):
+    """Through `run_training`: a drifting series split by its date, the backbone frozen (features cached) as in the
+    pretrained recipe. The slice is kept and checked, then the widths are floored at the warm start's forward error,
+    the line says so, and the saved model carries the factor."""
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import WARM_START_FILE, run_training
+
+    rows = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{100 + 0.8 * i + 6 * math.sin(i / 3):.1f}" for i in range(120)]
+    config_file = readings_config(tmp_path, "drift", rows, "2020-04-01")
+    settings = [f"output_dir={tmp_path / 'run'}", "max_steps=3", "report_to=none", "progress_bar=false",
+                "eval_steps=0", "save_steps=0", "freeze_backbone=true"]
+    lines: list[str] = []
+    result = run_training(load_train_config(config_file, settings), report=lines.append)
+    assert result.interval_check is not None, lines  # the slice was kept and checked first
+    floor = result.interval_floor
+    warm = json.loads((tmp_path / "run" / WARM_START_FILE).read_text(encoding="utf-8"))
+    assert floor is not None and floor.floor == "forward", lines
+    assert floor.out_of_fold_mdae == pytest.approx(warm["forward_mdae"])
+    assert warm["forward_mdae"] > warm["out_of_fold_mdae"]  # the drift: a forecaster misses by more
+    floor_lines = [line for line in lines if line.startswith("interval floor (a split by a column")]
+    assert floor_lines and "forward error" in floor_lines[0], lines
+    saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert saved.config.number_scale_factor == pytest.approx(floor.scale_factor)
+    assert floor.scale_factor == pytest.approx(result.interval_check.scale_factor * max(floor.factor, 1.0), rel=1e-5)
 
 
 def test_a_warm_start_report_that_is_not_one_is_refused_by_name(tmp_path):

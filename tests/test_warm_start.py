@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from causal_qwen.training.warm_start import out_of_fold_residuals, ridge_fit, warm_start_regression
+from causal_qwen.training.warm_start import forward_residuals, out_of_fold_residuals, ridge_fit, warm_start_regression
 from causal_qwen import from_qwen
 
 
@@ -41,6 +41,30 @@ def test_out_of_fold_scale_is_wider_than_in_sample_on_a_drifting_series():
     weight, bias = ridge_fit(features, steady, 1e-6)
     steady_in = float((features @ weight + bias - steady).abs().median())
     assert float(out_of_fold_residuals(features, steady, 1e-6).abs().median()) == pytest.approx(steady_in, rel=0.15)
+
+
+def test_forward_residuals_predict_each_block_from_the_blocks_before_it():
+    """Blocks 2..5 of the data's order, each from the fit to the blocks before it only. On a rising series whose
+    features do not hold the time that forecaster falls short of every later block, as a forecast of a later
+    period does (the symmetric residuals, whose blocks are predicted from later periods too, miss on both sides);
+    without drift the two agree."""
+    generator = torch.Generator().manual_seed(2)
+    count = 400
+    time = torch.linspace(0, 1, count, dtype=torch.float64)  # (M,)
+    features = torch.randn(count, 3, generator=generator, dtype=torch.float64)  # (M,3) no trace of the time
+    noise = 0.5 * torch.randn(count, generator=generator, dtype=torch.float64)
+    drifting = 20 * time + features[:, 0] + noise
+    forward = forward_residuals(features, drifting, 1e-6)
+    assert forward is not None and forward.shape == (count - 80,)  # block 1 has no past
+    weight, bias = ridge_fit(features[:160], drifting[:160], 1e-6)  # block 3 from blocks 1 and 2
+    torch.testing.assert_close(forward[80:160], features[160:240] @ weight + bias - drifting[160:240])
+    assert float((forward < 0).double().mean()) > 0.9  # ŷ − y: below the rising level
+    symmetric = out_of_fold_residuals(features, drifting, 1e-6)  # (M,)
+    assert 0.3 < float((symmetric < 0).double().mean()) < 0.7
+    steady = features[:, 0] + noise
+    steady_forward = float(forward_residuals(features, steady, 1e-6).abs().median())
+    assert steady_forward == pytest.approx(float(out_of_fold_residuals(features, steady, 1e-6).abs().median()), rel=0.15)
+    assert forward_residuals(features[:9], steady[:9], 1e-6) is None  # fewer than 2·FOLDS numbers
 
 
 def test_bad_ridge_and_data_without_numbers():

@@ -39,6 +39,16 @@ model trained. With ``s̃`` the median ``scale_Y`` of the trained model at the t
 widen only, since the model may have learned more than the read-out, but a model that memorised a few dozen rows
 shows in-sample widths far below any error it will make (the tiny default on 22 days of prices: 90% intervals
 covering 0.41 of the next days).
+
+**The forward floor, after a split by a column, when the backbone is frozen** (the pretrained recipe). The slice is
+one stretch just before the split and the held-out period may be unlike it (real seattle-temps: an October slice
+covered 0.42 at 50%, November and December 0.07). With the backbone frozen the saved forecast is the read-out
+itself (refitted, `warm_start.refit_regression`), so the warm start's forward error ``r̃_fwd`` — each block of the
+training period predicted from the blocks before it only (`warm_start.forward_residuals`) — measures what this
+forecast does at a horizon into the unseen, at several points of the training period rather than one. The same
+``f = r̃_fwd / s̃`` floors the widths, widen only, after the interval check (the larger of the two floors when
+both apply). A model whose backbone trains may learn more than the read-out; there the floor would widen what
+needs no widening, so it stays off.
 """
 
 from __future__ import annotations
@@ -116,7 +126,8 @@ def slice_predictions(model, dataset, collator, batch_size: int,
         for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator):
             batch = {key: value.to(device) for key, value in batch.items()}
             out = model(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"],
-                        attention_mask=batch["attention_mask"], use_cache=False, return_scores=False)
+                        attention_mask=batch["attention_mask"], use_cache=False, return_scores=False,
+                        backbone_features=batch.get("backbone_features"))  # a feature cache, when given one
             # (B,S-1) each: the next token is <NUM>, and that number's index in its document
             is_number, ordinal = next_number_ordinals(batch["labels"], num_id)
             value = batch["numeric_values"][:, 1:].double()  # (B,S-1)
@@ -173,11 +184,21 @@ def check_intervals(model, dataset, collator, batch_size: int,
     return report
 
 
+FLOOR_NO_SLICE = "out of fold"  # the floor of a table too small for a slice: ``r̃``
+FLOOR_FORWARD = "forward"  # the floor after a split by a column, backbone frozen: ``r̃_fwd``
+FLOOR_REASONS = {
+    FLOOR_NO_SLICE: "too few training rows to keep a slice out",
+    FLOOR_FORWARD: "a split by a column and a frozen backbone",
+}
+ERROR_NAMES = {FLOOR_NO_SLICE: "out-of-fold error", FLOOR_FORWARD: "forward error (each block from the ones before)"}
+
+
 @dataclass
 class IntervalFloorReport:
-    """numbers: the training numbers read; out_of_fold_mdae: ``r̃``, the warm start's median out-of-fold residual;
-    median_scale: ``s̃``, the trained model's median ``scale_Y`` there; factor: ``f = r̃ / s̃``; rescaled: whether
-    it was applied (f > 1); scale_factor: the model's ``number_scale_factor`` afterwards."""
+    """numbers: the training numbers read; out_of_fold_mdae: the floor ``r̃`` (the warm start's median out-of-fold
+    residual, or ``r̃_fwd``, its forward one); median_scale: ``s̃``, the trained model's median ``scale_Y`` there;
+    factor: ``f = r̃ / s̃``; rescaled: whether it was applied (f > 1); scale_factor: the model's
+    ``number_scale_factor`` afterwards; floor: which error set it (`FLOOR_NO_SLICE` or `FLOOR_FORWARD`)."""
 
     numbers: int
     out_of_fold_mdae: float
@@ -185,6 +206,7 @@ class IntervalFloorReport:
     factor: float
     rescaled: bool
     scale_factor: float
+    floor: str = FLOOR_NO_SLICE
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -194,17 +216,20 @@ class IntervalFloorReport:
             what = f"intervals widened by {self.factor:.3g}"
         else:
             what = "intervals kept (as wide as that or wider)"
-        return (f"interval floor (too few training rows to keep a slice out): median scale {self.median_scale:.4g} "
-                f"at {self.numbers} training numbers against the warm start's out-of-fold error "
+        return (f"interval floor ({FLOOR_REASONS[self.floor]}): median scale {self.median_scale:.4g} "
+                f"at {self.numbers} training numbers against the warm start's {ERROR_NAMES[self.floor]} "
                 f"{self.out_of_fold_mdae:.4g}; {what}")
 
 
 def floor_intervals(model, dataset, collator, batch_size: int, out_of_fold_mdae: float,
-                    target_ordinals: list[int | None] | None = None) -> IntervalFloorReport | None:
-    """Widen the intervals to the warm start's out-of-fold error as the module docstring's floor says, reading
-    ``scale_Y`` at the numbers of ``dataset`` (the training rows; per document the target's number, or every number
-    when ``target_ordinals`` is None); None (nothing changed) when ``out_of_fold_mdae`` is not a positive number or
-    fewer than `MIN_NUMBERS` numbers are read."""
+                    target_ordinals: list[int | None] | None = None,
+                    floor: str = FLOOR_NO_SLICE) -> IntervalFloorReport | None:
+    """Widen the intervals to the warm start's error ``out_of_fold_mdae`` (``floor`` says which, `FLOOR_REASONS`)
+    as the module docstring's floors say, reading ``scale_Y`` at the numbers of ``dataset`` (the training rows; per
+    document the target's number, or every number when ``target_ordinals`` is None); None (nothing changed) when
+    ``out_of_fold_mdae`` is not a positive number or fewer than `MIN_NUMBERS` numbers are read."""
+    if floor not in FLOOR_REASONS:
+        raise ValueError(f"unknown interval floor {floor!r}; one of {sorted(FLOOR_REASONS)}")
     if not (math.isfinite(out_of_fold_mdae) and out_of_fold_mdae > 0):
         return None
     _, _, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)  # (M,)
@@ -220,6 +245,6 @@ def floor_intervals(model, dataset, collator, batch_size: int, out_of_fold_mdae:
         config.number_scale_factor = float(config.number_scale_factor * factor)
     report = IntervalFloorReport(numbers=int(scale.numel()), out_of_fold_mdae=float(out_of_fold_mdae),
                                  median_scale=median_scale, factor=factor, rescaled=rescaled,
-                                 scale_factor=float(config.number_scale_factor))
+                                 scale_factor=float(config.number_scale_factor), floor=floor)
     logger.info("interval floor: %s", report.to_dict())
     return report

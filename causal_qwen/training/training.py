@@ -66,7 +66,15 @@ from .run_folder import (
     staging_path,
 )
 from .feature_cache import MAX_CACHE_BYTES, CachedFeatureDataset, cache_features, cache_size_bytes
-from .interval_check import MIN_NUMBERS, IntervalCheckReport, IntervalFloorReport, check_intervals, floor_intervals
+from .interval_check import (
+    FLOOR_FORWARD,
+    FLOOR_NO_SLICE,
+    MIN_NUMBERS,
+    IntervalCheckReport,
+    IntervalFloorReport,
+    check_intervals,
+    floor_intervals,
+)
 from .location_check import LocationCheckReport, check_location, shrink_regression_head, training_median
 from .train_config import TrainConfig
 from .warm_start import FOLDS, WarmStartReport, refit_regression, warm_start
@@ -379,13 +387,19 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
     return kept, check
 
 
+def in_split_order(config: TrainConfig, train_docs: list) -> bool:
+    """Whether the warm start reads ``train_docs`` in the order of the ``split_by`` column (`out_of_fold_order`):
+    a split by a column whose values differ among them, so that the held-out rows lie beyond them in it."""
+    return config.split_by is not None and len({repr(doc.split_value) for doc in train_docs}) > 1
+
+
 def out_of_fold_order(config: TrainConfig, train_docs: list) -> list:
     """The training documents in the order the warm start's out-of-fold blocks are cut in (`warm_start`): by the
     ``split_by`` column (stable) when its values differ, so that each block is a period of time as a later held-out
     period will be; else a seeded shuffle (a random split: each block a random fifth, as the held-out rows are),
     so that rows grouped in the file (one symbol, one source after another) do not make a block a group the
     other blocks never saw. Training draws its batches at random, so only the warm start reads this order."""
-    if config.split_by is not None and len({repr(doc.split_value) for doc in train_docs}) > 1:
+    if in_split_order(config, train_docs):
         values = [doc.split_value for doc in train_docs]
         key = data_module.split_key(values, None, config.split_by,
                                     where=[f"{doc.source}: row {doc.row}" for doc in train_docs])
@@ -498,20 +512,38 @@ def run_interval_check(model, config: TrainConfig, tokenizer: Any, train_docs: l
     return checked
 
 
-def run_interval_floor(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list,
+def interval_floor(config: TrainConfig, train_docs: list, check_docs: list,
+                   warm: WarmStartReport | None) -> tuple[float, str] | None:
+    """The error the widths are floored at, and which floor it is (`interval_check`'s module docstring), or None:
+    the warm start's out-of-fold error when the interval check is on but the table was too small for a slice
+    (`FLOOR_NO_SLICE`); its forward error after a split by a column with the backbone frozen (`FLOOR_FORWARD`);
+    the larger when both apply. None also without a regression warm start or with fewer than ``2·FOLDS`` numbers
+    scored (its residuals were then in-sample)."""
+    if warm is None or warm.scored < 2 * FOLDS:
+        return None
+    floors = []
+    if config.interval_check and not check_docs:
+        floors.append((warm.out_of_fold_mdae, FLOOR_NO_SLICE))
+    if config.freeze_backbone and warm.forward_mdae is not None and in_split_order(config, train_docs):
+        floors.append((warm.forward_mdae, FLOOR_FORWARD))
+    return max(floors) if floors else None
+
+
+def run_interval_floor(model, config: TrainConfig, train_dataset: Dataset, train_docs: list, check_docs: list,
                        warm: WarmStartReport | None, pad_id: int,
                        report: Report | None = None) -> IntervalFloorReport | None:
-    """`floor_intervals` at the training numbers the warm start scored (its targets, or every number) when the
-    interval check is on but the table was too small for a slice; None when there is a slice, the check is off, or
-    no out-of-fold error was measured (no regression warm start, or fewer than ``2·FOLDS`` numbers scored: its
-    residuals were in-sample)."""
-    if check_docs or not config.interval_check or warm is None or warm.scored < 2 * FOLDS:
+    """`floor_intervals` at the training numbers the warm start scored (its targets, or every number), read from
+    ``train_dataset`` (its feature cache, when the backbone is frozen), at the error `interval_floor` chooses; None
+    when it chooses none."""
+    chosen = interval_floor(config, train_docs, check_docs, warm)
+    if chosen is None:
         return None
-    dataset, ordinals = check_slice_dataset(config, tokenizer, train_docs)  # the rows, tokenized (not cached)
+    error, floor = chosen
+    ordinals = target_ordinals(train_dataset, train_docs)
     if warm.scored == warm.numbers:  # the warm start scored every number
         ordinals = None
-    floored = floor_intervals(model, dataset, NumericCollator(pad_token_id=pad_id),
-                              config.eval_batch_size or config.batch_size, warm.out_of_fold_mdae, ordinals)
+    floored = floor_intervals(model, train_dataset, NumericCollator(pad_token_id=pad_id),
+                              config.eval_batch_size or config.batch_size, error, ordinals, floor=floor)
     if floored is not None and report is not None:
         report(floored.line())
     return floored
@@ -692,7 +724,8 @@ class TrainingResult:
     """Where a run wrote its outputs, and how far it got. ``trained``: False when the run had already finished
     (``message`` says so; ``train_loss`` is then None). ``regression_refit_before``: the refit to the rows trained
     on that the checks measured; ``regression_refit``: the saved one, to every training row; ``interval_floor``:
-    the widths floored at the warm start's out-of-fold error, for a table too small for ``interval_check``."""
+    the widths floored at the warm start's error (`interval_floor`: a table too small for ``interval_check``, or
+    a split by a column with the backbone frozen)."""
 
     output_dir: Path
     final_dir: Path
@@ -845,7 +878,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
                                         report=tells, with_slice=False)  # the checks measure the saved read-out
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
     checked = run_interval_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)
-    floored = run_interval_floor(model, config, tokenizer, train_docs, check_docs, warm, pad_id, tells)
+    floored = run_interval_floor(model, config, train_dataset, train_docs, check_docs, warm, pad_id, tells)
     refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
                                  tells, before=refit_before)
     final_dir, adapter_dir = save_final(trainer, tokenizer, config)

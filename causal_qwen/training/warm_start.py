@@ -21,7 +21,10 @@ residuals from the fit to the other blocks (training puts its documents in time 
 column such as a date, so that a block is a period of time, and in a seeded random order otherwise:
 `training.out_of_fold_order`). In-sample residuals
 are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
-period will.
+period will. The report also holds the **forward** error, ``median |r|`` over blocks 2..``FOLDS`` each predicted
+from the blocks before it only (`forward_residuals`): with the data in time order, the error of a forecaster that
+has seen only the past, which the pretrained recipe floors its widths at after a time split
+(`causal_qwen.training.interval_check`).
 When every document names a target (the config's ``target``, and at least ``2·FOLDS`` of them), the fit,
 ``e(λ)`` and ``γ_Y`` read only the targets, the numbers the user scores: a squared error over every number is
 ruled by the largest ones, so in ``{year}: {miles} miles driven per person, gas at {gas} dollars a gallon.`` a
@@ -81,7 +84,9 @@ class WarmStartReport:
     else every number); ridge: ``λ``; train_mdae:
     median |in-sample residual| on the scored numbers; out_of_fold_mdae: median |out-of-fold residual| there
     (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
-    ``λ`` tried (`choose_ridge`; None otherwise)."""
+    ``λ`` tried (`choose_ridge`; None otherwise); forward_mdae: median |forward residual| (`forward_residuals`:
+    each block from the blocks before it, the error of a forecaster when the data are in time order; None with
+    fewer than ``2·FOLDS`` numbers scored, or in a report written before it was measured)."""
 
     numbers: int
     scored: int
@@ -90,6 +95,7 @@ class WarmStartReport:
     out_of_fold_mdae: float
     seconds: float
     out_of_fold_by_ridge: dict[str, float] | None = None
+    forward_mdae: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -245,6 +251,25 @@ def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds:
         weight, bias = fit(features[rest], values[rest], ridge)
         residuals[start:stop] = features[start:stop] @ weight + bias - values[start:stop]
     return residuals
+
+
+def forward_residuals(features: Tensor, values: Tensor, ridge: float, folds: int = FOLDS,
+                      fit: RegressionFit | None = None) -> Tensor | None:
+    """``r_m = ŷ_m − y_m`` for the numbers of blocks 2..``folds`` (about (M·(folds−1)/folds),) where ``ŷ_m`` comes
+    from the fit (`ridge_fit` unless ``fit`` is given) to the blocks *before* its own only: the error of a
+    forecaster that, at each point of the training period, has seen only its past. With the data in time order
+    (`training.out_of_fold_order`) a later held-out period sees errors like these, not like the symmetric
+    `out_of_fold_residuals`, whose blocks are predicted from later periods too. None below ``2·folds`` numbers."""
+    fit = ridge_fit if fit is None else fit
+    count = len(values)
+    if count < 2 * folds:
+        return None
+    edges = [round(count * k / folds) for k in range(folds + 1)]
+    residuals = []
+    for start, stop in zip(edges[1:-1], edges[2:]):
+        weight, bias = fit(features[:start], values[:start], ridge)
+        residuals.append(features[start:stop] @ weight + bias - values[start:stop])  # (stop − start,)
+    return torch.cat(residuals)
 
 
 def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RIDGE_GRID,
@@ -415,9 +440,11 @@ def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: 
     weight, bias = ridge_fit(features, values, ridge)
     in_sample = float((features @ weight + bias - values).abs().median())
     spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
+    forward = forward_residuals(features, values, ridge)  # (about 4M/5,) or None
     report = WarmStartReport(numbers=len(scored), scored=len(values), ridge=ridge, train_mdae=in_sample,
                              out_of_fold_mdae=spread, seconds=read_seconds + time.perf_counter() - started,
-                             out_of_fold_by_ridge=by_ridge)
+                             out_of_fold_by_ridge=by_ridge,
+                             forward_mdae=None if forward is None else float(forward.abs().median()))
     return weight, bias, report
 
 
