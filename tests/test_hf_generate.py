@@ -129,8 +129,10 @@ def test_generate_refuses_what_it_cannot_do():
         model.generate(input_ids=ids, mode="standard", do_sample=True)
     with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         model.generate(input_ids=ids, mode="standard", individual=torch.full((3, 32), 0.5))
-    with pytest.raises(ValueError, match="num_beams"):
+    with pytest.raises(ValueError, match="num_beams=2: .* decode greedily"):
         model.generate(input_ids=ids, num_beams=2)
+    with pytest.raises(ValueError, match=r"num_return_sequences=3: .*input_ids.repeat_interleave\(n, dim=0\)"):
+        model.generate(input_ids=ids, do_sample=True, num_return_sequences=3)
 
 
 def test_model_generate_on_the_tiny_preset():
@@ -165,3 +167,45 @@ def test_mode_from_a_generation_config():
     direct = model.generate(input_ids=ids, attention_mask=mask, mode="causal", individual=individual, max_new_tokens=4,
                             min_new_tokens=4, pad_token_id=0, individual_scope="sequence")
     assert torch.equal(from_config, direct)
+
+
+@pytest.mark.parametrize("mode", ["standard", "causal"])
+def test_a_bases_repetition_penalty_does_not_move_the_modes_decisions(mode):
+    """Before, the repetition penalty of the model's generation_config (a Qwen Instruct base's 1.1, kept by the
+    conversion) rescaled the decision scores of the tokens seen so far, so ``model.generate(mode=...)`` wrote
+    other tokens than the mode decides. A penalty given to the call still applies."""
+    from transformers import GenerationConfig
+
+    model = perturbed_model()
+    ids, mask, values = left_padded()
+    options = dict(individual_scope="sequence", seed=5, causal_temperature=1.0) if mode == "causal" else {}
+    arguments = dict(input_ids=ids, attention_mask=mask, numeric_values=values, mode=mode, max_new_tokens=10,
+                     min_new_tokens=10, pad_token_id=0, return_dict_in_generate=True, **options)
+    plain = model.generate(**arguments)
+    model.generation_config = GenerationConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.8,
+                                               repetition_penalty=50.0, eos_token_id=2, pad_token_id=0)
+    with_defaults = model.generate(**arguments)
+    decisions, _ = teacher_forced(model, mode, ids, mask, values, with_defaults.sequences,
+                                  with_defaults.numeric_values, with_defaults.get("individual"), tau=1.0)
+    assert torch.equal(with_defaults.sequences[:, ids.shape[1]:], decisions)
+    assert torch.equal(with_defaults.sequences, plain.sequences)
+    config = GenerationConfig(max_new_tokens=10, min_new_tokens=10, pad_token_id=0)
+    from_config = model.generate(input_ids=ids, attention_mask=mask, numeric_values=values, mode=mode,
+                                 generation_config=config, **options)
+    assert torch.equal(from_config, plain.sequences)
+    penalised = model.generate(**dict(arguments, repetition_penalty=50.0))
+    assert not torch.equal(penalised.sequences, plain.sequences)
+
+
+def test_generate_returns_the_hidden_states_and_attentions_asked_for():
+    """Before, ``output_hidden_states=True`` / ``output_attentions=True`` with ``return_dict_in_generate=True``
+    failed inside Hugging Face's loop ('CausalQwenOutput' object has no attribute 'hidden_states')."""
+    model = perturbed_model(attn_implementation="eager")
+    ids, mask, _ = left_padded()
+    out = model.generate(input_ids=ids, attention_mask=mask, mode="standard", max_new_tokens=3, min_new_tokens=3,
+                         pad_token_id=0, return_dict_in_generate=True, output_hidden_states=True,
+                         output_attentions=True)
+    layers = model.config.num_hidden_layers
+    assert len(out.hidden_states) == len(out.attentions) == 3  # one entry per step
+    assert len(out.hidden_states[0]) == layers + 1 and out.hidden_states[0][0].shape == (3, 7, model.config.hidden_size)
+    assert len(out.attentions[1]) == layers and out.attentions[1][0].shape[-2:] == (1, 8)

@@ -237,3 +237,42 @@ def test_convert_command_passes_the_seed(tmp_path, monkeypatch):
     assert model.config.seed == 3
     draw = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(3))  # w_num is drawn first
     torch.testing.assert_close(model.numeric_embedding.direction, draw / draw.norm())
+
+
+# ---- from_qwen's loader arguments and settings -----------------------------------------------------------
+def test_from_qwen_takes_dtype_names_and_names_a_bad_dtype_or_setting(tmp_path):
+    """Before, ``dtype="bfloat16"`` (a name, as ``from_pretrained`` takes it) crashed a preset's conversion with
+    "Invalid device string", a model object was converted in float32 whatever the dtype (a bad name included),
+    and a misspelt setting (``ovr_calibraton=``) was stored in the config and did nothing."""
+    assert convert(ovr_calibration="none", dtype="bfloat16").dtype == torch.bfloat16
+    preset = from_qwen("random:tiny", dtype="bf16", ovr_calibration="none")
+    assert preset.dtype == torch.bfloat16 and preset.ovr_thresholds().dtype == torch.float32
+    folder = tmp_path / "qwen"
+    small_qwen().save_pretrained(folder)
+    assert convert(str(folder), ovr_calibration="none", dtype=torch.float16).dtype == torch.float16
+    assert convert(str(folder), ovr_calibration="none", dtype="auto").dtype == torch.float32
+    for base in (small_qwen(), "random:tiny", str(folder)):
+        with pytest.raises(ValueError, match="unknown dtype 'banana': use one of float32, bfloat16, float16"):
+            convert(base, dtype="banana")
+    with pytest.raises(TypeError, match="unknown keyword 'ovr_calibraton'.*did you mean 'ovr_calibration'"):
+        convert(ovr_calibraton="none")
+
+
+# ---- forward as Hugging Face calls it ------------------------------------------------------------------
+def test_forward_returns_a_tuple_and_the_backbones_hidden_states_and_attentions():
+    """Before, ``return_dict=False`` failed inside the backbone call ('tuple' object has no attribute
+    'last_hidden_state') and ``output_hidden_states`` / ``output_attentions`` were dropped from the output."""
+    model = convert(ovr_calibration="none", attn_implementation="eager")  # attention weights need eager attention
+    assert model.config._attn_implementation == "eager"
+    ids = random_ids()
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True, output_attentions=True)
+        as_tuple = model(ids, return_dict=False)
+        with_loss = model(ids, labels=ids, return_dict=False)
+    layers = model.config.num_hidden_layers
+    assert len(out.hidden_states) == layers + 1 and len(out.attentions) == layers
+    assert out.hidden_states[0].shape == out.features.shape == (2, 9, model.config.hidden_size)
+    assert out.attentions[0].shape == (2, model.config.num_attention_heads, 9, 9)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.logits)
+    assert torch.equal(with_loss[0], model(ids, labels=ids).loss)
+    assert torch.equal(model(ids, labels=ids)[0], with_loss[0]), "out[0] is the loss, as for Qwen"

@@ -252,6 +252,12 @@ class TestBaseLoading:
         with pytest.raises(ValueError, match="not a Qwen2 model"):
             load_qwen_base(tmp_path)
 
+    def test_converted_folder_says_how_to_load_it(self, tmp_path):
+        (tmp_path / "config.json").write_text('{"model_type": "causal_qwen"}')
+        with pytest.raises(ValueError, match="not a Qwen2 model: it is converted already, load it with "
+                                             "CausalQwenForCausalLM.from_pretrained"):
+            load_qwen_base(tmp_path)
+
     def test_wrong_type(self):
         with pytest.raises(TypeError, match="base must be"):
             load_qwen_base(3)

@@ -123,3 +123,18 @@ def test_individuals_write_differently_and_one_replays(real):
     fresh = generate_ids(model, second, individual=drawn[0].individual.clone(), **sequence).token_ids
     other = generate_ids(model, second, individual=drawn[1].individual, **sequence).token_ids
     assert torch.equal(replayed, fresh) and not torch.equal(replayed, other)
+
+
+@torch.no_grad()
+def test_a_chat_through_the_instruct_template_is_qwens(real):
+    """The Instruct GGUF's chat template comes with the numeric tokenizer (it was dropped before, and
+    ``apply_chat_template`` failed); ``model.generate`` on the chat writes Qwen's own greedy answer in standard mode."""
+    qwen, model, tokenizer = real
+    messages = [{"role": "user", "content": "Name the capital of France in one word."}]
+    chat = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    assert chat["input_ids"][0, 0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
+    new = 6
+    reference = qwen.generate(chat["input_ids"], attention_mask=chat["attention_mask"], max_new_tokens=new,
+                              min_new_tokens=new, do_sample=False, pad_token_id=0)
+    ours = model.generate(**chat, mode="standard", max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
+    assert torch.equal(ours, reference), tokenizer.decode(ours[0, chat["input_ids"].shape[1]:].tolist())

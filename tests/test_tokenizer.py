@@ -422,6 +422,7 @@ def test_decode_skips_masked_and_special(numeric: NumericTokenizer) -> None:
         (lambda tok: tok(["a", "a b c"], padding=False), "padding=True"),
         (lambda tok: tok("a b c d", padding="max_length", max_length=2), "truncation=True"),
         (lambda tok: tok.decode([NUM_ID]), "numeric_values"),
+        (lambda tok: tok.decode([NUM_ID], skip_special_tokens=True), "TextStreamer.*NumericTextStreamer instead"),
         (lambda tok: tok.decode([NUM_ID, 1], [1.0]), "numeric_values"),
         (lambda tok: tok.decode([NUM_ID, 1], numeric_strings=["5"]), "numeric_strings"),
         (lambda tok: tok.decode([NUM_ID], numeric_strings=[""]), "neither a value nor a string"),
@@ -488,6 +489,25 @@ def test_add_special_tokens_uses_the_base_template() -> None:
     assert encoding["input_ids"][0].tolist() == [256, 64, 220, tokenizer.num_token_id, 256]
     assert encoding["numeric_values"][0].tolist() == [0.0, 0.0, 0.0, 5.0, 0.0]
     assert tokenizer("a 5")["input_ids"][0].tolist() == [64, 220, tokenizer.num_token_id]
+
+
+def test_an_instruct_bases_chat_template_is_kept(tmp_path) -> None:
+    """Before, the base's chat template was dropped: ``apply_chat_template`` on the tokenizer of an Instruct base
+    (the real GGUF's) said no template was set. Now it renders, tokenizes through the call (numbers read), and the
+    template is saved and loaded with the tokenizer."""
+    base = tiny_byte_level_tokenizer()
+    base.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}<|endoftext|>{% endfor %}"
+    tokenizer = NumericTokenizer(base, model_vocab_size=300)
+    messages = [{"role": "user", "content": "a 5"}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == "<user>a 5<|endoftext|>"
+    encoding = tokenizer.apply_chat_template(messages, return_tensors="pt")
+    expected = tokenizer("<user>a 5<|endoftext|>")
+    assert encoding["input_ids"].tolist() == expected["input_ids"].tolist()
+    assert encoding["input_ids"][0, -1] == 256 and encoding["numeric_values"][0, -2] == 5.0
+    with pytest.raises(ValueError, match="sanitize_control_tokens=False"):
+        tokenizer.apply_chat_template(messages, sanitize_control_tokens=True)
+    tokenizer.save_pretrained(tmp_path)
+    assert NumericTokenizer.from_pretrained(tmp_path).chat_template == base.chat_template
 
 
 def test_appended_into_a_spare_model_row_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:

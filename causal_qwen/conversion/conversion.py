@@ -47,14 +47,16 @@ _NON_ARCHITECTURE_KEYS = (
 
 
 def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | None = None, dtype=None) -> Qwen2ForCausalLM:
-    """A ``Qwen2ForCausalLM`` from a model object, a ``random:*`` preset, a local folder, a ``.gguf`` file or a hub id."""
+    """A ``Qwen2ForCausalLM`` from a model object, a ``random:*`` preset, a local folder, a ``.gguf`` file or a hub id,
+    in ``dtype`` (`base_dtype`; a model object is cast to it, in place)."""
+    dtype = base_dtype(dtype)
     if isinstance(base, Qwen2ForCausalLM):
-        return base
+        return base if dtype in (None, "auto") else base.to(dtype)
     if not isinstance(base, (str, os.PathLike)):
         raise TypeError(f"base must be a Qwen2ForCausalLM, a preset name or a path, got {type(base).__name__}")
     name = os.fspath(base)
     if presets.is_preset(name):
-        return presets.build_preset(name, dtype=dtype)
+        return presets.build_preset(name, dtype=None if dtype == "auto" else dtype)
     kwargs = {"dtype": dtype} if dtype is not None else {}
     path = Path(name)
     if path.is_file() and path.suffix == ".gguf":
@@ -84,6 +86,18 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
         return Qwen2ForCausalLM.from_pretrained(name, **kwargs)
     except OSError as error:
         raise ValueError(f"cannot load base {name!r} from the model hub: {error}") from error
+
+
+def base_dtype(dtype) -> "torch.dtype | str | None":
+    """The dtype to load a base in: None (the loader's default: float32 for presets and model objects as they are),
+    ``"auto"`` (as ``from_pretrained`` takes it: the dtype the files store; presets and model objects as they are),
+    or the ``torch.dtype`` named by a name such as ``"bfloat16"``/``"bf16"`` or given as one
+    (`devices.dtype_from_name`, ``ValueError`` for anything else)."""
+    if dtype is None or dtype == "auto":
+        return dtype
+    from .devices import dtype_from_name
+
+    return dtype_from_name(dtype)
 
 
 @contextlib.contextmanager
@@ -126,7 +140,10 @@ def check_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
     model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing")
     if model_type not in QWEN_MODEL_TYPES:
-        raise ValueError(f"folder {str(path)!r} holds a {model_type!r} model, not a Qwen2 model")
+        hint = ""
+        if model_type == CausalQwenConfig.model_type:
+            hint = ": it is converted already, load it with CausalQwenForCausalLM.from_pretrained (or AutoModelForCausalLM)"
+        raise ValueError(f"folder {str(path)!r} holds a {model_type!r} model, not a Qwen2 model{hint}")
 
 
 def default_num_token_id(vocab_rows: int) -> int:
@@ -145,8 +162,10 @@ def causal_config_from(base_config, **overrides) -> CausalQwenConfig:
 def from_qwen(base, **overrides) -> "CausalQwenForCausalLM":
     """A `CausalQwenForCausalLM` converted from a Qwen2 base (a ``Qwen2ForCausalLM``, hub id, local folder, ``.gguf``
     file or ``random:*`` preset) with the initialisation of docs/design.md ("Initialisation") and the calibration at
-    conversion. ``overrides`` set `CausalQwenConfig` fields (``seed`` among them); ``gguf_file=``, ``dtype=`` and
-    ``device_map=`` go to the loader; ``tokenizer=`` is the numeric tokenizer the calibration reads its text with."""
+    conversion. ``overrides`` set `CausalQwenConfig` fields (``seed`` among them; another name is a ``TypeError``);
+    ``gguf_file=``, ``dtype=`` (a ``torch.dtype``, a name such as ``"bfloat16"``, or ``"auto"``: `base_dtype`),
+    ``device_map=`` and ``attn_implementation=`` (``"eager"``, ``"sdpa"``, ...) go to the loader; ``tokenizer=`` is
+    the numeric tokenizer the calibration reads its text with."""
     from ..core.modeling import CausalQwenForCausalLM
 
     return convert_qwen(CausalQwenForCausalLM, base, **overrides)
@@ -158,17 +177,22 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     The base's backbone module is reused, not copied, and reads the new model's config (one config object, as
     after ``from_pretrained``); the classification head is a clone of ``lm_head``.
     ``overrides``: `CausalQwenConfig` fields (``seed=`` seeds the random draws), plus, as ``from_pretrained`` takes
-    them, ``gguf_file``, ``dtype`` (the base is loaded in it; the calibrated scales and thresholds stay float32) and
-    ``device_map`` (one device, such as ``"cuda"``: the base is moved there and converted and calibrated on it).
+    them, ``gguf_file``, ``dtype`` (the base is loaded in it; the calibrated scales and thresholds stay float32),
+    ``device_map`` (one device, such as ``"cuda"``: the base is moved there and converted and calibrated on it) and
+    ``attn_implementation`` (the backbone's attention).
     """
     gguf_file = overrides.pop("gguf_file", None)
-    dtype = overrides.pop("dtype", None)
+    dtype = base_dtype(overrides.pop("dtype", None))
     device = _single_device(overrides.pop("device_map", None))
     tokenizer = overrides.pop("tokenizer", None)
+    attn_implementation = overrides.pop("attn_implementation", None)
+    _check_config_fields(overrides)
     calibrated = overrides.get("ovr_calibration", "base_agreement") != "none"
     if calibrated:
         overrides.setdefault("ovr_threshold_kind", "per_token")
     qwen = load_qwen_base(base, gguf_file=gguf_file, dtype=dtype)
+    if attn_implementation is not None:
+        qwen.set_attn_implementation(attn_implementation)  # the backbone's attention, kept by the conversion
     if device is not None:
         qwen.to(device)
     memo_key = _memo_key(base, gguf_file, dtype, qwen) if calibrated else None  # the base as given, before any change
@@ -230,6 +254,24 @@ def convert_qwen(model_class: type["CausalQwenForCausalLM"], base, **overrides) 
     return model
 
 
+LOADER_ARGUMENTS = ("gguf_file", "dtype", "device_map", "attn_implementation", "tokenizer")
+
+
+def _check_config_fields(overrides: dict) -> None:
+    """``TypeError`` naming the first key of ``overrides`` that is no `CausalQwenConfig` field (a misspelt setting
+    would otherwise be stored in the config and do nothing)."""
+    import difflib
+    import inspect
+
+    fields = list(inspect.signature(CausalQwenConfig).parameters)
+    for key in overrides:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields + list(LOADER_ARGUMENTS), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"from_qwen got an unknown keyword {key!r}: neither a CausalQwenConfig field nor one of "
+                            f"{', '.join(LOADER_ARGUMENTS)}{hint}")
+
+
 def _single_device(device_map) -> torch.device | None:
     """The one device of a ``device_map`` given to the conversion (a name or ``torch.device``; a dict placing the
     whole model, ``{"": device}``); None for none. The conversion does not split a model over devices."""
@@ -260,7 +302,8 @@ def _memo_key(base, gguf_file, dtype, qwen: Qwen2ForCausalLM) -> tuple | None:
         return None if fingerprint is None else ("weights", fingerprint)
     name = os.fspath(base)
     if presets.is_preset(name):
-        return ("preset", name, str(dtype or torch.float32))  # a preset is built in float32 unless told
+        built = dtype if isinstance(dtype, torch.dtype) else torch.float32  # a preset is built in float32 unless told
+        return ("preset", name, str(built))
     path = Path(name) if gguf_file is None else Path(name) / gguf_file
     if path.exists():
         stat = path.stat()

@@ -21,6 +21,17 @@ def resolve_device_and_dtype(device=None, dtype=None):
     device = _resolve_device(device)
     if dtype is None or dtype == "auto":
         return device, (torch.bfloat16 if _supports_bfloat16(device) else torch.float32)
+    chosen = dtype_from_name(dtype)
+    if chosen == torch.bfloat16 and device.type != "cpu" and not _supports_bfloat16(device):
+        raise ValueError(f"device {str(device)!r} does not support bfloat16: use --dtype float16 or float32")
+    return device, chosen
+
+
+def dtype_from_name(dtype):
+    """The ``torch.dtype`` named by ``dtype``: one of `DTYPE_NAMES` (or ``fp32``/``bf16``/``fp16``/``half``, any
+    case) or such a ``torch.dtype``; ``ValueError`` naming anything else."""
+    import torch
+
     if isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
     elif isinstance(dtype, str):
@@ -29,10 +40,7 @@ def resolve_device_and_dtype(device=None, dtype=None):
         raise ValueError(f"dtype must be a name or a torch.dtype, got {type(dtype).__name__} {dtype!r}")
     if name not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {str(dtype)!r}: use one of {', '.join(DTYPE_NAMES)} (or auto)")
-    chosen = getattr(torch, name)
-    if chosen == torch.bfloat16 and device.type != "cpu" and not _supports_bfloat16(device):
-        raise ValueError(f"device {str(device)!r} does not support bfloat16: use --dtype float16 or float32")
-    return device, chosen
+    return getattr(torch, name)
 
 
 def _resolve_device(device):

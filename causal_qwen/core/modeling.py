@@ -28,6 +28,7 @@ from torch.nn import functional as F
 from transformers import GenerationMixin, Qwen2Model
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
+from transformers.utils import can_return_tuple
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .cauchy import ovr_probability
@@ -50,6 +51,12 @@ class CausalQwenOutput(ModelOutput):
     loc_S, scale_S: (B,S',V) OvR decision scores; loc_Y, scale_Y: (B,S') number regression.
     individual_Y: (B,S') with an individual (causal decision): the number it writes (`decisions.individual_number`).
     loc_U, scale_U: (B,S',C) individual representation; features: (B,S',H) the backbone's last hidden state ``z``.
+    cache: the backbone's KV cache. hidden_states, attentions: the backbone's, as Qwen returns them, with
+    ``output_hidden_states=True`` / ``output_attentions=True`` (the embeddings and every layer's (B,S,H) output;
+    every layer's (B,heads,S,S) attention weights, which need ``attn_implementation="eager"``).
+    ``forward(..., return_dict=False)`` (or ``config.return_dict = False``) returns these fields as a tuple in this
+    order, the ones that are None left out (``ModelOutput.to_tuple``): the loss first when there are labels, else
+    the logits.
     """
 
     loss: Tensor | None = None
@@ -66,6 +73,8 @@ class CausalQwenOutput(ModelOutput):
     individual_Y: Tensor | None = None
     features: Tensor | None = None
     cache: Cache | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
 
 
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
@@ -196,6 +205,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return token_embeddings
         return token_embeddings + self.numeric_embedding(numeric_values).to(token_embeddings.dtype)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -231,6 +241,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``backbone_features`` (B,S,H): the backbone's ``last_hidden_state`` for these ``input_ids``, computed before
         (training's feature cache, valid while the embedding and the backbone are frozen): the heads read it and the
         backbone does not run.
+        ``output_hidden_states``, ``output_attentions``: as for Qwen, the backbone's (`CausalQwenOutput`);
+        ``return_dict=False``: the output as a tuple (`CausalQwenOutput`).
         """
         if decision not in (None, "traditional", "standard", "causal"):
             raise ValueError(f"decision must be None, 'traditional', 'standard' or 'causal', got {decision!r}")
@@ -262,7 +274,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             loc_U, scale_U, self.config.number_scale_factor
         )
         if not return_scores:
-            return output
+            return _in_field_order(output)
         if decision in ("standard", "causal"):
             output.logits, _ = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
             if individual is not None:
@@ -275,12 +287,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         else:
             output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
             output.logits = output.loc_S
-        return output
+        return _in_field_order(output)
 
     def _backbone(self, input_ids, numeric_values, attention_mask, position_ids, cache, inputs_embeds, labels,
                   use_cache, **kwargs) -> tuple[Tensor, CausalQwenOutput, Tensor | None]:
-        """Embed (``e = embed(x) + φ(v)``) and run the backbone: ``(z (B,S,H), output with its cache, the values the
-        regression targets read)``."""
+        """Embed (``e = embed(x) + φ(v)``) and run the backbone: ``(z (B,S,H), output with its cache (and hidden states
+        and attentions when ``kwargs`` ask for them), the values the regression targets read)``."""
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("forward needs input_ids or inputs_embeds")
@@ -302,7 +314,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             **kwargs,
         )
-        return backbone_out.last_hidden_state, CausalQwenOutput(cache=backbone_out.cache), numeric_values
+        output = CausalQwenOutput(
+            cache=backbone_out.cache, hidden_states=backbone_out.hidden_states, attentions=backbone_out.attentions
+        )
+        return backbone_out.last_hidden_state, output, numeric_values
 
     def _cached_features(self, backbone_features: Tensor, input_ids: Tensor | None) -> Tensor:
         """``z`` (B,S,H) given as ``backbone_features``, checked against ``input_ids`` and the hidden size."""
@@ -458,7 +473,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``numeric_scales`` (B, P+T) (``scale_Y`` of each generated ``<NUM>``, NaN elsewhere) and, in causal mode,
         ``seed`` and (sequence scope) ``individual`` (B,C). A streamer with a ``follow`` method
         (`text_generation.NumericTextStreamer`) reads each token's number and takes over the stop strings. One
-        sequence per prompt: ``num_beams`` and ``num_return_sequences`` must be 1.
+        sequence per prompt: ``num_beams`` and ``num_return_sequences`` must be 1. In standard and causal mode the
+        model's own ``generation_config`` (the base's sampling defaults and repetition penalty) never applies; a
+        ``repetition_penalty`` given to this call does.
         """
         from .generation import MODES, DecodingState, check_seed
 
@@ -467,10 +484,16 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             mode = getattr(generation_config, "mode", None) or "traditional"
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        for name in ("num_beams", "num_return_sequences"):
+        instead = {
+            "num_beams": "beam search is not supported: decode greedily (num_beams=1) or sample (mode 'causal', or "
+                         "do_sample=True in mode 'traditional')",
+            "num_return_sequences": "for several sequences of a prompt repeat it in the batch "
+                                    "(input_ids.repeat_interleave(n, dim=0), and so attention_mask and numeric_values)",
+        }
+        for name, hint in instead.items():
             value = kwargs.get(name, getattr(generation_config, name, 1) if generation_config is not None else 1)
             if value not in (None, 1):
-                raise ValueError(f"{name}={value!r}: CausalQwen's generate makes one sequence per prompt")
+                raise ValueError(f"{name}={value!r}: CausalQwen's generate makes one sequence per prompt; {hint}")
         if mode != "traditional":
             sampled = kwargs.get("do_sample", getattr(generation_config, "do_sample", None))
             if sampled and ("do_sample" in kwargs or generation_config is not None):
@@ -480,6 +503,13 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 generation_config.do_sample = False
             else:
                 kwargs["do_sample"] = False  # also over a base's sampling defaults (model.generation_config)
+            # A base's repetition penalty (Qwen's Instruct models: 1.1) would rescale the decision scores of the
+            # tokens seen so far: the mode's own decision is taken unless the caller asks for a penalty.
+            if generation_config is not None and getattr(generation_config, "repetition_penalty", None) is None:
+                generation_config = copy.deepcopy(generation_config)
+                generation_config.repetition_penalty = 1.0
+            elif generation_config is None:
+                kwargs.setdefault("repetition_penalty", 1.0)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             found = getattr(input_ids, "shape", input_ids)
@@ -537,6 +567,12 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         yield
+
+
+def _in_field_order(output: CausalQwenOutput) -> CausalQwenOutput:
+    """``output`` with its fields in their declared order (loss first, then the logits, ...), whatever order the
+    forward pass filled them in: ``output[0]`` and ``to_tuple()`` (``return_dict=False``) read that order."""
+    return CausalQwenOutput(**output)
 
 
 def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:

@@ -400,7 +400,11 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             Padding uses :attr:`pad_token_id`, value 0.0, string ``""`` and mask 0, on ``padding_side``.
         truncation: cut rows to ``max_length`` tokens (on ``truncation_side``).
         add_special_tokens: add the base tokenizer's own specials (none for Qwen2).
+        ``apply_chat_template(messages)`` (with the chat template of an Instruct base) tokenizes through this call.
         """
+        if kwargs.pop("sanitize_control_tokens", False):  # apply_chat_template passes it, False by default
+            raise ValueError("NumericTokenizer does not sanitize control tokens: call apply_chat_template with "
+                             "sanitize_control_tokens=False (the default)")
         unknown = sorted(set(kwargs) - set(_IGNORED_CALL_KWARGS))
         if unknown:
             raise TypeError(f"NumericTokenizer got unexpected keyword argument(s): {', '.join(unknown)}")
@@ -621,6 +625,8 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         otherwise not read back as that number (:func:`join_numbers`). ``separate_numbers``: check the given
         strings that way too (numbers a model wrote). Positions with ``attention_mask == 0`` (padding) are
         left out. ``kwargs`` (``clean_up_tokenization_spaces``) are accepted and ignored: nothing is cleaned.
+        ``ValueError`` when a ``<NUM>`` has neither a value nor a string (``skip_special_tokens`` does not drop it: a
+        number is text); Hugging Face's ``TextStreamer`` decodes so, and raises it at the first number.
         """
         _check_decode_kwargs(kwargs)
         if _is_batched(ids):
@@ -681,7 +687,12 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                     strings_list = None if strings_list is None else [strings_list[index] for index in kept]
             positions = [index for index, token in enumerate(ids_list) if token == num_id]
             if positions and values_list is None and strings_list is None:
-                raise ValueError(f"ids contain {NUM_TOKEN} but no numeric_values were given")
+                raise ValueError(
+                    f"ids contain {NUM_TOKEN} but no numeric_values were given: pass the numbers' values (the "
+                    "tokenizer's numeric_values; model.generate(..., return_dict_in_generate=True) returns them as "
+                    "numeric_values). A plain streamer (TextStreamer) sees token ids only: stream with "
+                    "causal_qwen.core.text_generation.NumericTextStreamer instead"
+                )
             numbers: list[float] = []
             strings: list[str | None] = []
             start = 0
@@ -720,10 +731,13 @@ if __name__ == "causal_qwen.core.tokenizer":  # the package itself, not the copy
 
 
 def _base_kwargs(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-    """What a `NumericTokenizer` copies from a base tokenizer: its backend and special tokens."""
+    """What a `NumericTokenizer` copies from a base tokenizer: its backend, special tokens and chat template (an
+    Instruct base's, for ``apply_chat_template``)."""
     backend = _backend(tokenizer)
     extra = [str(token) for token in getattr(tokenizer, "extra_special_tokens", None) or []]
+    chat_template = getattr(tokenizer, "chat_template", None)
     return {
+        **({"chat_template": chat_template} if chat_template is not None else {}),
         "tokenizer_object": backend,
         "bos_token": tokenizer.bos_token,
         "eos_token": tokenizer.eos_token,
