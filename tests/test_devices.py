@@ -79,6 +79,8 @@ def test_small_scales_and_thresholds_stay_float32(tiny_model, models, saved):
     assert kept_dtypes(copy.deepcopy(tiny_model).double()) == {torch.float64}  # wider is allowed
     with pytest.raises(ValueError, match="runs on one device"):
         from_qwen("random:tiny", device_map="auto")
+    with pytest.raises(ValueError, match="runs on one device: give device_map='cpu'.*not 'gpu'"):
+        from_qwen("random:tiny", device_map="gpu")  # not the commands' hint, which offers auto
     scale_U = float(torch.nn.functional.softplus(tiny_model.abduction.scale_net.bias.detach()).mean())
     assert scale_U < 6e-8  # below float16's smallest subnormal: 0 if it were computed in float16
 

@@ -281,12 +281,17 @@ def _single_device(device_map) -> torch.device | None:
         return None
     if isinstance(device_map, int) and not isinstance(device_map, bool):
         return torch.device("cuda", device_map)
+    one_device = "the conversion runs on one device: give device_map='cpu', 'cuda', 'cuda:N' or 'mps'"
     if isinstance(device_map, (str, torch.device)) and str(device_map) not in ("auto", "balanced", "sequential"):
         from .devices import resolve_device_and_dtype
 
-        return resolve_device_and_dtype(device_map, "float32")[0]
-    raise ValueError(f"the conversion runs on one device: give device_map='cpu', 'cuda', 'cuda:N' or 'mps', "
-                     f"not {device_map!r}")
+        try:
+            return resolve_device_and_dtype(device_map, "float32")[0]
+        except ValueError as error:  # its hint names the commands' --device choices, "auto" among them
+            if str(error).startswith("unknown device"):
+                raise ValueError(f"{one_device}, not {device_map!r}") from None
+            raise
+    raise ValueError(f"{one_device}, not {device_map!r}")
 
 
 # A base given as a model object is recognised by a hash of its weights up to this many elements (hashing
