@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -75,6 +75,11 @@ class CausalQwenOutput(ModelOutput):
     cache: Cache | None = None
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
+
+    def to_tuple(self) -> tuple:
+        """The fields that are not None in their declared order (loss first, then the logits, ...), whatever order
+        the forward pass filled them in: ``output[0]`` and ``return_dict=False`` read this."""
+        return tuple(value for value in (getattr(self, field.name) for field in fields(self)) if value is not None)
 
 
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
@@ -274,7 +279,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             loc_U, scale_U, self.config.number_scale_factor
         )
         if not return_scores:
-            return _in_field_order(output)
+            return output
         if decision in ("standard", "causal"):
             output.logits, _ = decision_scores(self, loc_U, scale_U, individual, causal_temperature)  # (B,S',V)
             if individual is not None:
@@ -287,7 +292,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         else:
             output.loc_S, output.scale_S = self.action.classify(loc_U, scale_U)  # (B,S',V) each
             output.logits = output.loc_S
-        return _in_field_order(output)
+        return output
 
     def _backbone(self, input_ids, numeric_values, attention_mask, position_ids, cache, inputs_embeds, labels,
                   use_cache, **kwargs) -> tuple[Tensor, CausalQwenOutput, Tensor | None]:
@@ -567,12 +572,6 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         yield
-
-
-def _in_field_order(output: CausalQwenOutput) -> CausalQwenOutput:
-    """``output`` with its fields in their declared order (loss first, then the logits, ...), whatever order the
-    forward pass filled them in: ``output[0]`` and ``to_tuple()`` (``return_dict=False``) read that order."""
-    return CausalQwenOutput(**output)
 
 
 def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:

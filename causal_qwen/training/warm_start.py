@@ -233,6 +233,11 @@ def ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, T
     return weight, mean_y - mean_x @ weight
 
 
+def block_edges(count: int, folds: int) -> list[int]:
+    """Where ``folds`` contiguous blocks of ``count`` numbers start and stop: ``folds + 1`` edges, 0 to ``count``."""
+    return [round(count * k / folds) for k in range(folds + 1)]
+
+
 def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds: int = FOLDS,
                           fit: RegressionFit | None = None) -> Tensor:
     """``r_m = ŷ_m − y_m`` (M,) where ``ŷ_m`` comes from the fit (`ridge_fit` unless ``fit`` is given: any
@@ -244,7 +249,7 @@ def out_of_fold_residuals(features: Tensor, values: Tensor, ridge: float, folds:
         weight, bias = fit(features, values, ridge)
         return features @ weight + bias - values
     residuals = torch.empty_like(values)  # (M,)
-    edges = [round(count * k / folds) for k in range(folds + 1)]
+    edges = block_edges(count, folds)
     for start, stop in zip(edges[:-1], edges[1:]):
         rest = torch.ones(count, dtype=torch.bool, device=values.device)
         rest[start:stop] = False
@@ -264,7 +269,7 @@ def forward_residuals(features: Tensor, values: Tensor, ridge: float, folds: int
     count = len(values)
     if count < 2 * folds:
         return None
-    edges = [round(count * k / folds) for k in range(folds + 1)]
+    edges = block_edges(count, folds)
     residuals = []
     for start, stop in zip(edges[1:-1], edges[2:]):
         weight, bias = fit(features[:start], values[:start], ridge)
@@ -285,7 +290,7 @@ def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RID
     scored = torch.ones(count, dtype=torch.bool, device=values.device) if scored is None else scored
     if int(scored.sum()) < 2 * FOLDS:  # also fewer than 2·FOLDS numbers
         return AUTO_FALLBACK_RIDGE, {}
-    cuts = [round(count * k / FOLDS) for k in range(FOLDS + 1)]
+    cuts = block_edges(count, FOLDS)
     blocks = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if bool(scored[a:b].any())]  # those with a scored number
     per_block = {}
     for ridge in grid:
