@@ -3,9 +3,11 @@
 # missing, installs the package with its test dependencies, then runs the asked-for job.
 #   bash run.sh demo [ARGS]   end-to-end demo on the embedded default (random:tiny + Seattle weather)
 #   bash run.sh test [ARGS]   the test suite (pytest)
-#   bash run.sh cli ARGS      any causal-qwen command
+#   bash run.sh cli ARGS      any causal-qwen command, run in the caller's directory
 set -euo pipefail
+CALLER_DIR="$PWD"  # `cli` runs there, so a config's relative paths mean what they say
 cd "$(dirname "$0")"
+ROOT="$PWD"
 
 VENV=.venv
 PY="$VENV/bin/python"
@@ -32,6 +34,6 @@ export TOKENIZERS_PARALLELISM=false
 case "$job" in
     demo) exec "$VENV/bin/causal-qwen" demo "$@" ;;
     test) exec "$PY" -m pytest "$@" ;;
-    cli)  exec "$VENV/bin/causal-qwen" "$@" ;;
+    cli)  cd "$CALLER_DIR" && exec "$ROOT/$VENV/bin/causal-qwen" "$@" ;;
     *) echo "usage: bash run.sh demo|test|cli [ARGS...]" >&2; exit 2 ;;
 esac

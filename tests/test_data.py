@@ -322,6 +322,23 @@ def test_a_folder_as_data_is_named_a_folder(tmp_path):
         resolve_data_path(str(tmp_path / "missing.csv"))
 
 
+def test_a_relative_data_path_is_read_from_the_working_directory_and_a_miss_says_where(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write(folder / "rows.csv", "a,b\n1,2\n")
+    config_file = write(folder / "c.yaml", "model: random:tiny\ndata: rows.csv\ntemplate: 'a {a} b {b}'\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"data 'rows.csv' is not in the working directory .* but is in the "
+                                                r"config's folder; .* run from .*project or write data: .*rows.csv"):
+        load_train_config(config_file)
+    with pytest.raises(FileNotFoundError, match=r"'rows.csv' does not exist \(relative paths are read from the working "
+                                                r"directory, "):
+        resolve_data_path("rows.csv")
+    monkeypatch.chdir(folder)
+    assert load_train_config(config_file).data == "rows.csv"
+    assert resolve_data_path("rows.csv") == Path("rows.csv")
+
+
 def test_a_json_integer_beyond_float_range_is_no_number(tmp_path):
     rows = '{"day": 1, "high": 10.5}\n{"day": 2, "high": 11}\n{"day": 3, "high": 1' + "0" * 400 + "}\n"
     path = write(tmp_path / "d.jsonl", rows)

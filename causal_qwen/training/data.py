@@ -94,7 +94,8 @@ def resolve_data_path(spec: str) -> Path:
     if path.is_dir():
         raise ValueError(f"data file {spec!r} is a folder; name a file in it")
     if not path.is_file():
-        raise FileNotFoundError(f"data file {spec!r} does not exist")
+        where = "" if path.is_absolute() else f" (relative paths are read from the working directory, {Path.cwd()})"
+        raise FileNotFoundError(f"data file {spec!r} does not exist{where}")
     return path
 
 

@@ -313,10 +313,26 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
         for key, value in loaded.items():
             _assign(values, str(key), value, source)
         values.setdefault("output_dir", str(Path("runs") / path.stem))
+        for key in ("data", "validation_data"):
+            _check_beside_config(path, key, values.get(key))
     for item in overrides:
         key, value = parse_override(item)
         _assign(values, key, value, f"--set {item}")
     return TrainConfig(**values).validate(source)
+
+
+def _check_beside_config(config_file: Path, key: str, value: Any) -> None:
+    """A relative file path is read from the working directory; when only the config's own folder holds it, say
+    so (a config written next to its data and run from elsewhere)."""
+    if not isinstance(value, str) or value.startswith("vega:") or Path(value).expanduser().is_absolute():
+        return
+    beside = config_file.parent / value
+    if not Path(value).exists() and beside.is_file():
+        raise FileNotFoundError(
+            f"{config_file}: {key} {value!r} is not in the working directory ({Path.cwd()}) but is in the config's "
+            f"folder; relative paths are read from the working directory, so run from {config_file.parent} or write "
+            f"{key}: {beside.resolve()}"
+        )
 
 
 def parse_override(item: str) -> tuple[str, Any]:
