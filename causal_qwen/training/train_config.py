@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from .data import VEGA_PREFIX
 from .recipes import RECIPE_NAMES, base_kind, describe_recipe, recipe_settings
 
 # Accepted for the Hugging Face spellings users know; mapped to the key named here.
@@ -324,7 +325,7 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
 def _check_beside_config(config_file: Path, key: str, value: Any) -> None:
     """A relative file path is read from the working directory; when only the config's own folder holds it, say
     so (a config written next to its data and run from elsewhere)."""
-    if not isinstance(value, str) or value.startswith("vega:") or Path(value).expanduser().is_absolute():
+    if not isinstance(value, str) or value.startswith(VEGA_PREFIX) or Path(value).expanduser().is_absolute():
         return
     beside = config_file.parent / value
     if not Path(value).exists() and beside.is_file():
