@@ -49,7 +49,14 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
     # the random model's words are labelled as noise, and each line shows the number it wrote
     assert "random:tiny is a random Qwen2: it learned this table's numbers, not language" in printed
     shown = [line for line in printed.splitlines() if line.strip().startswith("[   standard]")]
-    assert shown and all("-> '" in line for line in shown)
+    assert shown and all("-> '" in line or "-> \"(no number; wrote '" in line for line in shown)
+    # and, per prompt, what the model reads at its end: <NUM>'s rank, the OvR mass and the forecast
+    views = next(record["next_step"] for record in report["generation"] if "next_step" in record)
+    assert [view["prompt"] for view in views] == [r["prompt"] for r in report["generation"] if r.get("mode") == "standard"]
+    for view in views:
+        assert 0 <= view["num_probability"] <= 1 and view["num_rank"] >= 1 and view["probability_sum"] > 0
+        assert view["interval_50"][0] <= view["median"] <= view["interval_50"][1]
+        assert f"{view['prompt']!r}: <NUM> P_ovr" in printed
     assert "sentences" not in report  # real sentences only on a real base
 
 

@@ -12,6 +12,7 @@ from transformers import GenerationConfig
 
 from causal_qwen import CausalQwenForCausalLM, from_qwen
 from causal_qwen.conversion.conversion import load_qwen_base
+from causal_qwen.core import cauchy
 from causal_qwen.core.cauchy import decision_score
 from causal_qwen.core.generation import MODES, generate_ids
 from causal_qwen.core.text_generation import generate, greedy_parity, stream
@@ -491,6 +492,12 @@ def test_next_step_view_lines_up_with_standard_and_greedy(small_model):
     n = view.number
     assert n.interval_90[0] < n.interval_50[0] < n.median < n.interval_50[1] < n.interval_90[1]
     assert json.loads(json.dumps(view.to_dict()))["number"]["token_id"] == SMALL_NUM_ID
+    # Σ_k P_k over the whole vocabulary, from the model's own scores
+    with torch.no_grad():
+        out = model(input_ids=ids[None], logits_to_keep=1, return_scores=True)
+        every = cauchy.ovr_probability(out.loc_S[0, -1], out.scale_S[0, -1], model.ovr_thresholds())
+    assert view.probability_sum == pytest.approx(float(every.double().sum()), rel=1e-5)
+    assert view.probability_sum >= sum(probabilities)
 
 
 def test_predict_next_reads_numbers(tiny_model, tokenizer):
@@ -583,8 +590,10 @@ def test_cli_predict(capsys, loaded_once):
     assert main(["predict", "--base", "random:tiny", "--top-k", "3", "--json", "The answer is"]) == 0
     view = json.loads(capsys.readouterr().out)
     assert len(view["candidates"]) == 3 and {"median", "interval_50", "interval_90"} <= set(view["number"])
+    assert view["probability_sum"] > 0
     assert main(["predict", "--base", "random:tiny", "--top-k", "2", "The answer is"]) == 0
-    assert "P_ovr" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "P_ovr" in printed and "sum of P_ovr over the vocabulary" in printed
 
 
 # ---- low-precision models and zero exogenous noise (issue 12, bugs 1 and 2) -------------------------------

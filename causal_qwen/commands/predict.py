@@ -46,7 +46,8 @@ def format_view(view) -> str:
         f"50% [{n.interval_50[0]:.6g}, {n.interval_50[1]:.6g}], "
         f"90% [{n.interval_90[0]:.6g}, {n.interval_90[1]:.6g}]"
     )
-    lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}")
+    lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}; "
+                 f"sum of P_ovr over the vocabulary {view.probability_sum:.4g}")
     return "\n".join(lines)
 
 

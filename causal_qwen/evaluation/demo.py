@@ -56,6 +56,8 @@ REAL_PROMPTS = (
     "The meeting was moved from Monday to",
 )
 REAL_PROMPT_TOKENS = 24
+# Above this sum of OvR probabilities at a prompt's end the demo says why the sum is not near 1.
+MASS_NOTE_ABOVE = 10.0
 CAUSAL_SEEDS = (1, 2, 3)  # the token-scope individuals the real-base demo shows
 REPORT_FILE = "report.json"
 # Module constants read from DEMO_CONFIG on first use (`from causal_qwen.evaluation.demo import DEMO_TEMPLATE`).
@@ -421,7 +423,9 @@ def make_plots(out: Path, model, tokenizer, evaluated: dict, baselines: dict, me
 def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings, progress: Progress) -> list[dict]:
     """Complete the sentences of a few held-out days after "high " in each mode. Causal mode draws one
     individual ε (seeded) on the first day and replays it on every day (the same individual under other
-    conditions); replaying it on the first day alone gives the same text again."""
+    conditions); replaying it on the first day alone gives the same text again. Then, per prompt, what the model
+    reads at its end (`next_step`): where a mode wrote no number, this shows how far ``<NUM>`` ranked and what the
+    forecast was."""
     prefix = settings.template.split("{" + settings.target + "}")[0]
     picked = [rows[int(i)] for i in torch.linspace(0, len(rows) - 1, 3).round().long().unique()]
     prompts = [prefix.format(**row) for row in picked]
@@ -439,6 +443,8 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
         value = individual_number(model, tokenizer, prompt, individual)
         records.append({**_generation_record(result), "true": float(row[settings.target]), "replayed_individual": True,
                         "individual_number": value})
+    views = [next_step(model, tokenizer, prompt) for prompt in prompts]
+    records.append({"next_step": [{**view, "true": float(row[settings.target])} for row, view in zip(picked, views)]})
     again = _generate(model, tokenizer, prompts[:1], individual=individual, **common)[0]
     records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
     if not settings.real_base:
@@ -449,6 +455,16 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
             extra = f", this individual's number {record['individual_number']:.3g}" if "individual_number" in record else ""
             written = record["text"] if settings.real_base else _written_number(record)
             progress(f"      [{record['mode']:>11}] {record['prompt']!r} -> {written!r}   (true {record['true']:g}{extra})")
+    vocabulary = int(model.config.vocab_size)
+    progress("      what the model reads at the end of each prompt (standard mode writes the token of highest P_ovr):")
+    for prompt, view in zip(prompts, views):
+        progress(f"        {prompt!r}: <NUM> P_ovr {view['num_probability']:.3g}, rank {view['num_rank']:,} of "
+                 f"{vocabulary:,}; sum of P_ovr {_mass(view['probability_sum'])}; forecast {view['median']:.3g}, "
+                 f"50% [{view['interval_50'][0]:.3g}, {view['interval_50'][1]:.3g}]")
+    if max(view["probability_sum"] for view in views) > MASS_NOTE_ABOVE:
+        progress("      (the OvR probabilities sum far above 1: to give the numbers their spread, fine-tuning grew the "
+                 "exogenous noise b_noise, which widens every token's score as well, and each of the vocabulary's "
+                 "Cauchy tails now reaches its threshold a little; docs/benchmarks.md, \"The demo\")")
     progress(f"      causal individual ε (first 4 of {individual.numel()}): "
              f"{[round(float(v), 3) for v in individual.reshape(-1)[:4]]}, replayed on {len(prompts)} days; "
              f"replaying it on the first day gives the same text: {records[-1]['replay_check']['same_text']}")
@@ -456,12 +472,28 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
 
 
 def _written_number(record: dict[str, Any]) -> str:
-    """The first number a generation wrote (as written), or a note that it wrote none."""
+    """The first number a generation wrote (as written), or a note that it wrote none and what it wrote instead."""
     numbers = record.get("numbers") or []
     if numbers:
         first = numbers[0]
         return first.get("text") or f"{first['value']:g}"
-    return "(no number)"
+    return f"(no number; wrote {record.get('text', '')!r})"
+
+
+def _mass(total: float) -> str:
+    """``Σ_k P_k`` for a line: three significant digits, whole numbers with thousands separators."""
+    return f"{total:,.0f}" if total >= 100 else f"{total:.3g}"
+
+
+def next_step(model, tokenizer, prompt: str) -> dict[str, Any]:
+    """What the model decides right after ``prompt`` (`predict.predict_next`): ``<NUM>``'s OvR probability and its
+    rank among the vocabulary, ``Σ_k P_k``, and the number forecast (median, 50% interval)."""
+    from .predict import predict_next
+
+    view = predict_next(model, tokenizer, prompt, top_k=1)
+    return {"prompt": prompt, "num_probability": view.number.ovr_probability, "num_rank": view.number.ovr_rank,
+            "probability_sum": view.probability_sum, "median": view.number.median,
+            "interval_50": list(view.number.interval_50)}
 
 
 def real_sentences(model, tokenizer, settings: DemoSettings, progress: Progress) -> list[dict]:

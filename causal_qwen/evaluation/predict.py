@@ -64,7 +64,9 @@ class NumberForecast:
 @dataclass
 class NextStepView:
     """``candidates``: the top-k by OvR probability; ``number``: the ``<NUM>`` forecast (always filled);
-    ``standard_choice`` / ``traditional_choice``: argmax of OvR probability / of softmax."""
+    ``standard_choice`` / ``traditional_choice``: argmax of OvR probability / of softmax; ``probability_sum``:
+    ``Σ_k P_k`` over the whole vocabulary (OvR probabilities are separate decisions: near 1 for a calibrated model,
+    far above it when many tokens' tails reach their thresholds)."""
 
     text: str
     threshold: float | None
@@ -72,6 +74,7 @@ class NextStepView:
     number: NumberForecast
     standard_choice: int
     traditional_choice: int
+    probability_sum: float
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -150,6 +153,7 @@ def next_step_view(
         number=number,
         standard_choice=order[0],
         traditional_choice=int(softmax.argmax()),
+        probability_sum=float(probability.double().sum()),
     )
 
 
