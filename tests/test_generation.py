@@ -596,6 +596,30 @@ def test_cli_predict(capsys, loaded_once):
     assert "P_ovr" in printed and "sum of P_ovr over the vocabulary" in printed
 
 
+def test_predict_table_lines_up_wide_tokens_and_json_keeps_them_readable(capsys, loaded_once):
+    """A Chinese token takes two terminal columns: the table pads by display width, so the columns stay in line;
+    ``--json`` writes non-ASCII text as itself, not as ``\\u`` escapes."""
+    from causal_qwen.cli import main
+    from causal_qwen.commands.predict import display_width, format_view
+    from causal_qwen.evaluation.predict import NextStepView, NumberForecast, TokenCandidate
+
+    candidates = [TokenCandidate(token_id=i, token=token, ovr_probability=0.5, loc_S=1.0, scale_S=1.0, threshold=0.0,
+                                 softmax_probability=0.5, softmax_rank=i + 1)
+                  for i, token in enumerate([" Paris", "巴黎", "é"])]
+    number = NumberForecast(token_id=9, ovr_probability=0.1, softmax_probability=0.1, ovr_rank=3, median=1.0,
+                            scale=1.0, interval_50=(0.0, 2.0), interval_90=(-5.0, 7.0))
+    view = NextStepView(text="x", threshold=None, candidates=candidates, number=number, standard_choice=0,
+                        traditional_choice=0, probability_sum=1.5)
+    rows = format_view(view).splitlines()[2:5]
+    columns = {display_width(row[: row.index("0.5")]) for row in rows}
+    assert len(columns) == 1, rows
+
+    loaded_once()
+    assert main(["predict", "--base", "random:tiny", "--top-k", "1", "--json", "答案是"]) == 0
+    printed = capsys.readouterr().out
+    assert '"text": "答案是"' in printed and json.loads(printed)["text"] == "答案是"
+
+
 # ---- low-precision models and zero exogenous noise (issue 12, bugs 1 and 2) -------------------------------
 def recorded_abduction(model):
     """Collect (loc_U, scale_U) of every decoding step through a forward hook on the abduction network."""

@@ -250,9 +250,12 @@ def cli(monkeypatch, tiny_model, tokenizer):
 def test_cli_json_equals_generate(cli, capsys, tiny_model, tokenizer, flags, options):
     argv = ["generate", "--base", "random:tiny", "--max-new-tokens", "6", "--json", *flags, *PROMPTS[:2]]
     assert cli(argv) == 0
-    printed = json.loads(capsys.readouterr().out)
+    raw = capsys.readouterr().out
+    printed = json.loads(raw)
     expected = generate(tiny_model, tokenizer, list(PROMPTS[:2]), max_new_tokens=6, **options)
     assert printed == json.loads(json.dumps([result.to_dict() for result in expected]))
+    for result in expected:  # non-ASCII text is written as itself, not as \u escapes
+        assert json.dumps(result.text, ensure_ascii=False) in raw
 
 
 def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):

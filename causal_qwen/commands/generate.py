@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         write_text_atomic(Path(args.save_individual), json.dumps({"individuals": rows}))
         print(f"individuals written to {args.save_individual}", file=sys.stderr)
     if args.json:
-        print(json.dumps([result.to_dict() for result in results], indent=2))
+        print(json.dumps([result.to_dict() for result in results], indent=2, ensure_ascii=False))
         return 0
     for index, result in enumerate(results):
         lines = _format_numbers(result)

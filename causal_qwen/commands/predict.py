@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import unicodedata
 
 from .eval import add_model_arguments, load_model
 
@@ -23,6 +24,16 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: two for a wide (East Asian) character, none for a combining mark."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns (as ``f"{text:<width}"`` does for narrow text)."""
+    return text + " " * max(0, width - display_width(text))
+
+
 def format_view(view) -> str:
     """The `causal_qwen.evaluation.predict.NextStepView` as a text table."""
     threshold = f" (OvR threshold C = {view.threshold:g})" if view.threshold is not None else " (per-token thresholds)"
@@ -35,7 +46,7 @@ def format_view(view) -> str:
     lines.append(header)
     for rank, c in enumerate(view.candidates, start=1):
         lines.append(
-            f"{rank:>4}  {c.token_id:>7}  {c.token!r:<16} {c.ovr_probability:>10.4g} {c.loc_S:>10.4g} {c.threshold:>8.4g} "
+            f"{rank:>4}  {c.token_id:>7}  {pad(repr(c.token), 16)} {c.ovr_probability:>10.4g} {c.loc_S:>10.4g} {c.threshold:>8.4g} "
             f"{c.scale_S:>10.4g} {c.softmax_probability:>10.4g} {c.softmax_rank:>7}"
         )
     n = view.number
@@ -57,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args)
     view = predict_next(model, tokenizer, args.text, top_k=args.top_k)
     if args.json:
-        print(json.dumps(view.to_dict(), indent=2))
+        print(json.dumps(view.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(format_view(view))
     return 0
