@@ -49,6 +49,8 @@ RUN_ELSEWHERE = {
     "causal-qwen generate --max-new-tokens --mode=traditional --model --temperature": GENERATE_TEST,
     "causal-qwen generate --max-new-tokens --mode=causal --model --seed": GENERATE_TEST,
     "causal-qwen generate --mode=causal --model --seed": GENERATE_TEST,
+    "causal-qwen generate --chat --max-new-tokens --model":
+        "tests/test_text_generation.py::test_cli_chat_sends_each_prompt_through_the_chat_template",
     "causal-qwen generate --individual-scope=sequence --mode=causal --model --save-individual --seed": REPLAY_TEST,
     "causal-qwen generate --individual --individual-scope=sequence --mode=causal --model": REPLAY_TEST,
     "causal-qwen predict --model --top-k": "tests/test_generation.py::test_cli_predict",

@@ -258,6 +258,31 @@ def test_cli_json_equals_generate(cli, capsys, tiny_model, tokenizer, flags, opt
         assert json.dumps(result.text, ensure_ascii=False) in raw
 
 
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_cli_chat_sends_each_prompt_through_the_chat_template(cli, capsys, monkeypatch, tiny_model, tokenizer):
+    """``generate --chat``: each PROMPT is a user's message rendered by the tokenizer's chat template (after a
+    ``--system`` message), the model continues the rendered text, and the stream shows the message, then the reply.
+    Without a template, or ``--system`` without ``--chat``, a one-line error."""
+    assert cli(["generate", "--base", "random:tiny", "--chat", "Hello"]) == 2
+    assert "--chat: the model's tokenizer has no chat template" in capsys.readouterr().err
+    assert cli(["generate", "--base", "random:tiny", "--system", "Be brief.", "Hello"]) == 2
+    assert "--system applies to --chat only" in capsys.readouterr().err
+
+    monkeypatch.setattr(tokenizer, "chat_template", CHAT_TEMPLATE, raising=False)
+    argv = ["generate", "--base", "random:tiny", "--max-new-tokens", "4", "--chat", "--system", "Be brief."]
+    assert cli(argv + ["--json", "Hello", "What is 2 plus 3?"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    rendered = ["<system>Be brief.\n<user>Hello\n<assistant>", "<system>Be brief.\n<user>What is 2 plus 3?\n<assistant>"]
+    assert [result["prompt"] for result in printed] == rendered
+    expected = generate(tiny_model, tokenizer, rendered, max_new_tokens=4)
+    assert printed == json.loads(json.dumps([result.to_dict() for result in expected]))
+    assert cli(argv + ["Hello"]) == 0
+    assert capsys.readouterr().out.startswith("Hello\n" + generate(tiny_model, tokenizer, rendered[:1], max_new_tokens=4)[0].text)
+
+
 def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):
     with number_bias(tiny_model, 1e4):
         assert cli(["generate", "--base", "random:tiny", "--max-new-tokens", "2", "The price is"]) == 0

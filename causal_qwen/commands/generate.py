@@ -45,6 +45,10 @@ def register(subparsers) -> None:
                         help="causal mode, sequence scope: replay ε from this JSON file")
     parser.add_argument("--save-individual", default=None, metavar="FILE",
                         help="causal mode, sequence scope: write the individuals ε to FILE (JSON)")
+    parser.add_argument("--chat", action="store_true",
+                        help="send each PROMPT as a user's message through the model's chat template (an Instruct "
+                        "base's, kept at conversion) and print the reply")
+    parser.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system message first")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of streaming text")
     parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt(s), generated as one left-padded batch")
     parser.set_defaults(func=run)
@@ -82,6 +86,17 @@ def _individual_argument(path: str | None, num_prompts: int):
     return rows
 
 
+def chat_prompts(tokenizer, prompts: list[str], system: str | None = None) -> list[str]:
+    """Each prompt as one user message (after the ``system`` message, if any) rendered by the tokenizer's chat
+    template, ready for the assistant's reply (``add_generation_prompt=True``)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("--chat: the model's tokenizer has no chat template (an Instruct base's template is kept "
+                         "at conversion; this model's base had none): write the prompt as the model expects it")
+    head = [{"role": "system", "content": system}] if system is not None else []
+    return [tokenizer.apply_chat_template(head + [{"role": "user", "content": prompt}], tokenize=False,
+                                          add_generation_prompt=True) for prompt in prompts]
+
+
 def _format_numbers(result) -> list[str]:
     """The numbers of a `causal_qwen.core.text_generation.GenerationResult`, one line each."""
     lines = []
@@ -107,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
                          "a token-scope run replays from its --seed)")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.system is not None and not args.chat:
+        raise ValueError("--system applies to --chat only")
     check_writable_file(args.save_individual)  # before any work: not after the text is generated
     for index, prompt in enumerate(args.prompts):
         if prompt == "":
@@ -118,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
     placement(args)  # a bad --device/--dtype fails before any file is read
     individual = _individual_argument(args.individual, len(args.prompts))
     model, tokenizer = load_model(args)
+    # What the model reads, and what the streamed text shows before each continuation: the prompt itself, or with
+    # --chat the user's message on its own line (the template's markup is not shown).
+    prompts = chat_prompts(tokenizer, args.prompts, args.system) if args.chat else list(args.prompts)
+    shown_prompts = [prompt + "\n" for prompt in args.prompts] if args.chat else list(args.prompts)
 
     single = len(args.prompts) == 1
     finished_texts: dict[int, str] = {}
@@ -127,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         if single:
             if not started:  # the prompt, once generation is under way
                 started.append(True)
-                sys.stdout.write(args.prompts[0])
+                sys.stdout.write(shown_prompts[0])
             sys.stdout.write(piece.text)
             if piece.finished:
                 sys.stdout.write("\n")
@@ -135,12 +156,12 @@ def run(args: argparse.Namespace) -> int:
             return
         finished_texts[piece.index] = finished_texts.get(piece.index, "") + piece.text
         if piece.finished:
-            print(f"[{piece.index}] {args.prompts[piece.index]}{finished_texts[piece.index]}", flush=True)
+            print(f"[{piece.index}] {shown_prompts[piece.index]}{finished_texts[piece.index]}", flush=True)
 
     arguments = generate_arguments(
         model,
         tokenizer,
-        args.prompts,
+        prompts,
         mode=args.mode,
         max_new_tokens=args.max_new_tokens,
         min_new_tokens=args.min_new_tokens,
@@ -156,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     streamer = NumericTextStreamer(tokenizer, callback=None if args.json else show, track_text=not args.json)
     with torch.inference_mode():
         model.generate(**arguments, streamer=streamer, tokenizer=tokenizer)
-    results = streamer.results(args.prompts)
+    results = streamer.results(prompts)
     if args.save_individual:
         rows = [result.individual.tolist() for result in results]
         Path(args.save_individual).parent.mkdir(parents=True, exist_ok=True)
