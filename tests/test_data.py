@@ -156,8 +156,13 @@ def test_split_by_two_digit_year_dates_and_a_bad_date_named_with_the_files_value
     bad = docs_with_dates(["17-Sep-03", "18-Sep-03", "Sep 19th"])
     with pytest.raises(ValueError, match=r"x: row 3: split_by column 'Date' holds 'Sep 19th', which is not a number "
                                          r"and not a date written like the rows before it \('17-Sep-03', read as "
-                                         r"%d-%b-%y\); the date spellings read are %Y-%m-%d, .*%d-%b-%y"):
+                                         r"%d-%b-%y\); write every date of the column the same way \(the date "
+                                         r"spellings read are %Y-%m-%d, .*%d-%b-%y"):
         split_documents(bad, SplitSpec(split_by="Date", split_at="2003-09-20"))
+    # the spelling named is the one that reads the first value, not one that read it only as ISO 8601
+    mixed = docs_with_dates(["2023-01-01", "01/02/2023", "03-Jan-23"])
+    with pytest.raises(ValueError, match=r"row 3: .* holds '03-Jan-23', .*\('2023-01-01', read as %Y-%m-%d\)"):
+        split_documents(mixed, SplitSpec(split_by="Date", split_at="2023-01-02"))
 
 
 def test_a_number_column_with_text_in_it_names_the_text(caplog):

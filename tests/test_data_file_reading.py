@@ -99,6 +99,24 @@ def test_target_cell_the_grammar_reads_as_text_is_a_bad_row(tmp_path):
     assert len(docs) == 39 and docs[0].row == 2
 
 
+@pytest.mark.parametrize(("cells", "count", "hint"), [("2024-01-02,1,234.5,21.0", 4, "must be quoted"),
+                                                      ("2024-01-02,91", 2, "")])
+def test_a_row_with_more_or_fewer_cells_than_the_header_is_a_bad_row(tmp_path, caplog, cells, count, hint):
+    """An unquoted ``1,234.5`` gives a row one cell too many: read as it was, every later value would shift one
+    column along without a word (the 234.5 taken for the sold items, the 21.0 dropped). A short row is named the
+    same way; each says how to skip such rows."""
+    path = tmp_path / "shop.csv"
+    lines = shop_csv().splitlines()
+    lines[2] = cells
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"row 2 \(line 3\): {count} cells where the header has 3 columns.*{hint}") as caught:
+        read_documents(shop_source(path))
+    assert "skip_bad_rows: true" in str(caught.value)
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(shop_source(path, skip_bad_rows=True))
+    assert len(docs) == 39 and [doc.row for doc in docs[:2]] == [1, 3] and "skipped 1 bad rows of 40" in caplog.text
+
+
 @pytest.mark.parametrize(("template", "ordinal"), [("s1 {visitors} v2 {sold}", 1), ("x1: {sold}", 0)])
 def test_a_label_ending_in_a_digit_does_not_hide_the_number_after_it(tmp_path, caplog, template, ordinal):
     path = tmp_path / "shop.csv"

@@ -426,13 +426,15 @@ def _rows_to_documents(
     for index, (line, row) in enumerate(rows, start=1):
         where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: line {line}"
         try:
+            if is_csv:
+                _check_row_width(row, len(columns), where)
             text, values = renderer.fill(row, where) if renderer is not None \
                 else (_text_field(row, source.text_field, where), {})
             split_value = _split_value(row, source.split_by, where)
             ordinal, value = target.locate(row, text, values, where) if target is not None else (None, None)
         except BadRow as error:
             if not source.skip_bad_rows:
-                raise
+                raise BadRow(f"{error} (or set skip_bad_rows: true to skip such rows with a warning)") from None
             skipped += 1
             if skipped <= 5:
                 logger.warning("skipping: %s", error)
@@ -442,6 +444,17 @@ def _rows_to_documents(
     if skipped:
         logger.warning("%s: skipped %d bad rows of %d", path, skipped, len(rows))
     return documents
+
+
+def _check_row_width(row: dict[Any, Any], width: int, where: str) -> None:
+    """`BadRow` for a CSV row with more or fewer cells than the header has columns. ``csv.DictReader`` files extra
+    cells under the key None and fills missing ones with None: read as they are, an unquoted ``1,234.5`` would shift
+    every later value one column along without a word."""
+    extra = row.get(None)
+    cells = width + len(extra) if extra else sum(value is not None for key, value in row.items() if key is not None)
+    if cells != width:
+        hint = " (a cell holding a comma, such as 1,234.5, must be quoted: \"1,234.5\")" if cells > width else ""
+        raise BadRow(f"{where}: {cells} cells where the header has {width} columns{hint}")
 
 
 class TargetLocator:
@@ -693,8 +706,21 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
                          f"a date; split_by needs a column of numbers or dates (the date spellings read are "
                          f"{', '.join(DATE_FORMATS)} and ISO 8601)")
     raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a number and not a "
-                     f"date written like the rows before it ({values[0]!r}, read as {best}); the date spellings "
-                     f"read are {', '.join(DATE_FORMATS)} and ISO 8601")
+                     f"date written like the rows before it ({values[0]!r}, read as {_spelling(values[0])}); write "
+                     f"every date of the column the same way (the date spellings read are {', '.join(DATE_FORMATS)} "
+                     "and ISO 8601)")
+
+
+def _spelling(value: Any) -> str:
+    """The first of `DATE_FORMATS` that reads ``value`` on its own, else ``"ISO 8601"`` (`parse_date` reads ISO
+    forms whatever formats it is given)."""
+    for date_format in DATE_FORMATS:
+        try:
+            datetime.datetime.strptime(" ".join(str(value).split()), date_format)
+            return date_format
+        except ValueError:
+            continue
+    return "ISO 8601"
 
 
 def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> None:
