@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -118,6 +119,36 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
     assert result.global_step == 3
+
+
+def test_a_target_that_never_varies_or_lies_past_max_length_stops_train_with_the_reason(tmp_path, caplog):
+    """A constant target has no spread to learn (a Cauchy of scale 0 made the first step's loss nan, with advice to
+    lower the learning rates); a target past ``max_length`` in every row left nothing to forecast (the warm start
+    fitted the other numbers, then the same nan). Both stop before any model is built, naming the cause; a target
+    cut from some rows only is a warning."""
+    from causal_qwen.training.collator import tokenize_documents
+    from causal_qwen.training.data import Document
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    rows = [f"2020-01-{1 + i:02d},42" for i in range(28)]
+    config_file = readings_config(tmp_path, "constant", rows, "2020-01-20")
+    config = load_train_config(config_file, [f"output_dir={tmp_path / 'run'}", "max_steps=1", "report_to=none"])
+    with pytest.raises(ValueError, match=r"target 'reading' is 42 in every one of the 19 training rows: there is "
+                                         r"nothing to forecast"):
+        run_training(config)
+    assert not (tmp_path / "run" / "final").exists()
+
+    tokenizer = NumericTokenizer.default()
+    long = Document(text="word " * 40 + "then 7.5 points.", source="t.csv", row=1, target_ordinal=0, target_value=7.5)
+    short = Document(text="then 7.5 points.", source="t.csv", row=2, target_ordinal=0, target_value=7.5)
+    with pytest.raises(ValueError, match=r"t\.csv: the target number lies past max_length=16 tokens in 1 of 1 "
+                                         r"documents \(the longest has 4[0-9] tokens\): raise max_length"):
+        tokenize_documents([long], tokenizer, max_length=16)
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.collator"):
+        assert len(tokenize_documents([long, short], tokenizer, max_length=16)) == 2
+    assert "in 1 of 2 documents" in caplog.text and "before the cut only" in caplog.text
 
 
 def test_the_floor_widens_to_the_out_of_fold_error_and_never_narrows():

@@ -823,6 +823,7 @@ def _check_within_positions(model, lengths: Tensor, first: int) -> None:
                          "bits per byte read each text whole: split it (e.g. --text-unit line)")
 
 
+@torch.no_grad()  # no autograd graph of the whole pass (and no warning from float() of a tensor that has one)
 def text_bits(model, tokenizer, texts, token_probability: str = "softmax", batch_size: int = 8) -> TextBits:
     """CausalQwen's bits on ``texts`` (module docstring). ``tokenizer``: its `NumericTokenizer`. A progress bar on
     stderr (`causal_qwen.progress`) counts the texts."""

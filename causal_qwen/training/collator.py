@@ -61,7 +61,9 @@ def tokenize_documents(
     if add_eos and eos_id is None:
         raise ValueError("add_eos is set but the tokenizer has no eos_token_id")
     budget = max_length - (1 if eos_id is not None else 0)
-    examples, truncated = [], 0
+    num_id = getattr(tokenizer, "num_token_id", None)
+    examples, truncated, longest = [], 0, 0
+    targets_cut = targets = 0  # documents whose target number the cut removed, of those that name one
     for start in range(0, len(documents), batch_size):
         chunk = documents[start : start + batch_size]
         encoded = tokenizer([doc.text for doc in chunk], padding=False, return_tensors=None)
@@ -71,15 +73,28 @@ def tokenize_documents(
                 raise ValueError(
                     f"{doc.source}: row {doc.row}: the tokenizer gave {len(ids)} ids but {len(values)} values"
                 )
+            longest = max(longest, len(ids))
+            ordinal = getattr(doc, "target_ordinal", None)
             if len(ids) > budget:
+                if ordinal is not None and num_id is not None:
+                    targets_cut += ids[:budget].count(num_id) <= ordinal
                 ids, values = ids[:budget], values[:budget]
                 truncated += 1
+            targets += ordinal is not None
             if eos_id is not None:
                 ids, values = ids + [int(eos_id)], values + [0.0]
             if len(ids) >= 2:
                 examples.append({"input_ids": [int(i) for i in ids], "numeric_values": values})
     if truncated:
         logger.warning("%d of %d documents were cut to max_length=%d tokens", truncated, len(documents), max_length)
+    if targets_cut:
+        where = f"{documents[0].source}: " if documents else ""
+        message = (f"{where}the target number lies past max_length={max_length} tokens in {targets_cut} of {targets} "
+                   f"documents (the longest has {longest:,} tokens): raise max_length, or put the target earlier in "
+                   "the template")
+        if targets_cut == targets:
+            raise ValueError(message)
+        logger.warning("%s; those documents train on their text and numbers before the cut only", message)
     if not examples:
         raise ValueError("the dataset is empty after tokenization (every document has fewer than 2 tokens)")
     return TokenizedDataset(examples)

@@ -807,11 +807,22 @@ def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
     )
 
 
+def check_target_varies(config: TrainConfig, train_docs: Sequence[data_module.Document]) -> None:
+    """``ValueError`` when the config's ``target`` takes one value in every training row: there is no spread to
+    learn, and a Cauchy of scale 0 has no density (the first step's loss would be nan)."""
+    values = {doc.target_value for doc in train_docs if doc.target_value is not None}
+    if config.target is not None and len(values) == 1:
+        raise ValueError(f"target '{config.target}' is {next(iter(values)):g} in every one of the "
+                         f"{len(train_docs)} training rows: there is nothing to forecast (a constant has no spread "
+                         "to learn); choose another target or add rows where it varies")
+
+
 def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallback], report: Report | None):
     """Check the data, build model and trainer, clear what a fresh start replaces, then train (or only write
     ``final/`` from a finished run's last checkpoint)."""
     tell(config.recipe_line(), report)
     train_docs, valid_docs = read_split_documents(config, report)
+    check_target_varies(config, train_docs)
     train_docs, check_docs = keep_check_slice(config, train_docs, report)
     train_docs = out_of_fold_order(config, train_docs)
     set_seed(config.seed)
