@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -498,6 +499,19 @@ def test_next_step_view_lines_up_with_standard_and_greedy(small_model):
         every = cauchy.ovr_probability(out.loc_S[0, -1], out.scale_S[0, -1], model.ovr_thresholds())
     assert view.probability_sum == pytest.approx(float(every.double().sum()), rel=1e-5)
     assert view.probability_sum >= sum(probabilities)
+
+
+def test_predict_reads_the_number_forecast_after_the_space_a_number_would_follow(tiny_model, tokenizer):
+    """``"... it sold 24.3"`` reads ``' sold'``, ``' '``, ``<NUM>``: after a text ending in a word the number comes one
+    token on, so its forecast is read after ``text + " "`` (as eval reads it) and says so; the candidates stay
+    those right after the text. A text ending in a space or a sign such as ``$`` is read where it ends."""
+    word = predict_next(tiny_model, tokenizer, "On Monday it sold", top_k=2)
+    spaced = predict_next(tiny_model, tokenizer, "On Monday it sold ", top_k=2)
+    assert word.number.after == " " and spaced.number.after == ""
+    assert {k: v for k, v in asdict(word.number).items() if k != "after"} == \
+        {k: v for k, v in asdict(spaced.number).items() if k != "after"}
+    assert [c.token_id for c in word.candidates] != [c.token_id for c in spaced.candidates]
+    assert predict_next(tiny_model, tokenizer, "It costs $", top_k=1).number.after == ""
 
 
 def test_predict_next_reads_numbers(tiny_model, tokenizer):

@@ -50,6 +50,9 @@ def format_view(view) -> str:
             f"{c.scale_S:>10.4g} {c.softmax_probability:>10.4g} {c.softmax_rank:>7}"
         )
     n = view.number
+    if n.after:
+        lines.append(f"(a number after a word follows its own {n.after!r} token: the <NUM> line is read after the text "
+                     f"+ {n.after!r})")
     lines.append(
         f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "
         f"softmax {n.softmax_probability:.4g}; "

@@ -59,6 +59,7 @@ class NumberForecast:
     interval_50: tuple[float, float]
     interval_90: tuple[float, float]
     text: str = ""
+    after: str = ""
 
 
 @dataclass
@@ -158,7 +159,12 @@ def next_step_view(
 
 
 def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
-    """`next_step_view` after ``text`` tokenized by the `NumericTokenizer` (numbers read as values)."""
+    """`next_step_view` after ``text`` tokenized by the `NumericTokenizer` (numbers read as values).
+
+    A number written after a word has a token of its own before it, the space (``"sold 24.3"`` reads ``' sold'``,
+    ``' '``, ``<NUM>``), so right after a text ending in a letter or digit the model predicts that space, not the
+    number, and its number forecast there was never trained. For such a text the ``<NUM>`` forecast is read one
+    token on, after ``text + " "`` (``number.after == " "``); the candidates stay those right after ``text``."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     if text == "":
@@ -179,5 +185,12 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
         return tokenizer.decode([token], skip_special_tokens=False)
 
     min_decimals = getattr(tokenizer, "number_min_decimals", None)
-    return next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
+    view = next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
                           min_decimals=min_decimals)
+    spaced = tokenizer([text + " "], return_tensors="pt") if text[-1].isalnum() else None
+    if spaced is not None and (not isinstance(limit, int) or spaced["input_ids"].shape[1] <= limit):
+        after_space = next_step_view(model, spaced["input_ids"].to(device), spaced["numeric_values"].to(device),
+                                     top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals)
+        view.number = after_space.number
+        view.number.after = " "
+    return view
