@@ -807,6 +807,15 @@ def _finished_result(config: TrainConfig, plan: RunPlan) -> TrainingResult:
     )
 
 
+def adopt_tokenizer_padding(model: CausalQwenForCausalLM, tokenizer: Any) -> None:
+    """The tokenizer's pad id into the model's config and generation config where they have none: what `Trainer`
+    does on its own for a converted Qwen (whose config names no pad token), with a warning on every run."""
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    for holder in (model.config, getattr(model, "generation_config", None)):
+        if pad_id is not None and holder is not None and getattr(holder, "pad_token_id", None) is None:
+            holder.pad_token_id = pad_id
+
+
 def check_target_varies(config: TrainConfig, train_docs: Sequence[data_module.Document]) -> None:
     """``ValueError`` when the config's ``target`` takes one value in every training row: there is no spread to
     learn, and a Cauchy of scale 0 has no density (the first step's loss would be nan)."""
@@ -851,6 +860,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     args = training_arguments(config, has_validation=eval_dataset is not None)
     output_dir = Path(config.output_dir)
     metrics_file = output_dir / METRICS_FILE
+    adopt_tokenizer_padding(model, tokenizer)
     trainer = CausalQwenTrainer(
         model=trained,
         args=args,
