@@ -703,3 +703,17 @@ def test_eval_scores_the_target_of_a_template_that_opens_with_a_number(assets, t
     capsys.readouterr()
     assert scores["opens"]["num_count"] == scores["word first"]["num_count"] == 48
     assert scores["opens"]["number_target"] == "value"
+
+
+def test_train_into_a_log_prints_a_line_per_logging_step_not_bars_or_raw_dictionaries(assets, tmp_path, capsys):
+    """``causal-qwen train`` whose output is not a terminal (a log file, CI): Trainer's step bar wrote every refresh
+    into the log and the raw log dictionaries went to stdout. Now one readable line per logging step, and the
+    bar only on a terminal (or with progress_bar true and --progress)."""
+    from causal_qwen.cli import main as cli_main
+
+    config = write_config(tmp_path / "c.yaml", settings(assets, tmp_path / "run", progress_bar=True, max_steps=2,
+                                                         save_steps=0, eval_steps=0))
+    assert cli_main(["train", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert "step 1/2, loss " in captured.out and "step 2/2, loss " in captured.out, captured.out
+    assert "{'loss'" not in captured.out and "it/s" not in captured.err

@@ -49,14 +49,22 @@ def run(args: argparse.Namespace) -> int:
     if main_process:  # a folder in use fails at once, before the training stack loads (seconds)
         OutputLock(config.output_dir).check_free()
 
-    from ..training.monitoring import read_metrics
+    from .. import progress
+    from ..training.monitoring import ProgressLines, read_metrics
     from ..training.training import run_training
 
     def report(message: str) -> None:
         if main_process:
             print(message, flush=True)
 
-    result = run_training(config, resume=args.resume, report=report)
+    # A terminal gets Trainer's step bar; a log file (or --quiet) gets none: there a line per logging step
+    # ("step 10/180, loss ...") tells a person reading the log how far the run is (none with --quiet).
+    callbacks = []
+    if not progress.enabled():
+        config.progress_bar = False
+        if progress.mode() != "never":
+            callbacks.append(ProgressLines(report))
+    result = run_training(config, resume=args.resume, report=report, callbacks=callbacks)
     if not main_process or not result.trained:
         return 0
     steps = [r for r in read_metrics(result.metrics_file) if "loss" in r] if result.metrics_file.is_file() else []

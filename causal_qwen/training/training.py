@@ -37,7 +37,7 @@ import torch
 import yaml
 from torch import Tensor, nn
 from torch.utils.data import Dataset
-from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainerState, TrainingArguments, set_seed
 from transformers.training_args import ParallelMode
 
 from ..core.files import write_text_atomic
@@ -96,6 +96,8 @@ class CausalQwenTrainer(Trainer):
 
     def __init__(self, *args, train_config: TrainConfig, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self.args.disable_tqdm:  # no bar: no raw log dictionaries on stdout either (metrics.jsonl has them)
+            self.remove_callback(PrinterCallback)
         self.train_config = train_config
         # Our forward's **kwargs go to the backbone, not to a token-count-normalised loss.
         self.model_accepts_loss_kwargs = False
