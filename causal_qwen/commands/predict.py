@@ -56,7 +56,7 @@ def format_view(view) -> str:
     lines.append(
         f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "
         f"softmax {n.softmax_probability:.4g}; "
-        f"value {n.text} (median {n.median:.6g}, scale {n.scale:.4g}), "
+        f"written as {n.text} (median {n.median:.6g}, scale {n.scale:.4g}), "
         f"50% [{n.interval_50[0]:.6g}, {n.interval_50[1]:.6g}], "
         f"90% [{n.interval_90[0]:.6g}, {n.interval_90[1]:.6g}]"
     )
