@@ -151,6 +151,24 @@ def test_a_target_that_never_varies_or_lies_past_max_length_stops_train_with_the
     assert "in 1 of 2 documents" in caplog.text and "before the cut only" in caplog.text
 
 
+def test_one_number_after_the_same_words_in_every_row_trains(tmp_path):
+    """``The reading was {reading}.``: the features before the number are the same in every row, so the ridge start
+    fits a constant (W_reg = 0), which without the numbers' own noise gave scale_Y = 0 and a nan loss at step 1.
+    W_reg now keeps its converted values, the location starts at the fitted constant, and the run trains."""
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    rows = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{20 + 5 * math.sin(i / 9):.1f}" for i in range(84)]
+    config_file = readings_config(tmp_path, "one", rows, "2020-03-01")
+    config = load_train_config(config_file, [f"output_dir={tmp_path / 'run'}", "max_steps=2", "report_to=none",
+                                             "progress_bar=false", "eval_steps=0", "save_steps=0",
+                                             "template='The reading was {reading}.'", "logging_steps=1"])
+    lines: list[str] = []
+    result = run_training(config, report=lines.append)
+    assert result.global_step == 2 and math.isfinite(result.train_loss)
+    assert any(line.startswith("regression warm start:") for line in lines), lines
+
+
 def test_the_floor_widens_to_the_out_of_fold_error_and_never_narrows():
     """No slice: the median scale at the training numbers is raised to the warm start's out-of-fold error ``r̃``
     (f = r̃ / s̃) when it lies below, and left alone when it lies above or too few numbers are read."""

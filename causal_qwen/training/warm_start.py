@@ -422,8 +422,18 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
     weight, bias, report = _fit_regression(positions.number_features, positions.number_values,
                                            positions.number_is_target, ridge, read_seconds)
     spread = report.out_of_fold_mdae
-    _set_regression_head(model, weight, bias)
     noise = model.action.number_noise
+    if noise is None and not bool(weight.abs().max() > 0):
+        # The features before every number are the same (one number per text, after the same words): the fit is
+        # the constant ``bias``. Without the numbers' own noise, W_reg = 0 would give ``scale_Y = 0`` (no density,
+        # a nan loss), so W_reg keeps its converted values and b_reg puts the location at that constant.
+        head = model.action.regression_head
+        kept = head.weight.detach().reshape(-1).to(positions.number_features.dtype)  # (C,)
+        bias = bias - positions.number_features.mean(dim=0) @ kept
+        weight = kept
+        logger.info("regression warm start: the features before the numbers do not vary; W_reg keeps its "
+                    "converted values so that the numbers keep a width")
+    _set_regression_head(model, weight, bias)
     if noise is not None and spread > 0:
         with torch.no_grad():
             noise.weight.zero_()
