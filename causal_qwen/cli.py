@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"causal-qwen {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a checkpoint being written stays in staging)
+        again = "; `causal-qwen train CONFIG --resume` continues from the newest complete checkpoint" \
+            if args.command == "train" else ""
+        print(f"causal-qwen {args.command}: interrupted{again}", file=sys.stderr)
+        return 130
     finally:
         progress.configure(shown)  # an in-process caller keeps its own setting
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -717,3 +718,26 @@ def test_train_into_a_log_prints_a_line_per_logging_step_not_bars_or_raw_diction
     captured = capsys.readouterr()
     assert "step 1/2, loss " in captured.out and "step 2/2, loss " in captured.out, captured.out
     assert "{'loss'" not in captured.out and "it/s" not in captured.err
+
+
+def test_ctrl_c_and_a_config_json_that_is_no_object_end_in_one_line(assets, tmp_path, capsys, monkeypatch):
+    """Ctrl-C during ``train`` printed a 30-line KeyboardInterrupt traceback; now one line saying how to resume
+    (exit status 130). A model folder whose config.json is a JSON list raised AttributeError; now a one-line error."""
+    from causal_qwen.cli import main as cli_main
+    from causal_qwen.training import training
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "run_training", interrupted)
+    config = write_config(tmp_path / "c.yaml", settings(assets, tmp_path / "run"))
+    assert cli_main(["train", str(config)]) == 130
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == ["causal-qwen train: interrupted; `causal-qwen train CONFIG --resume` continues from the newest "
+                   "complete checkpoint"]
+
+    folder = tmp_path / "listed"
+    shutil.copytree(assets / "converted", folder)
+    (folder / "config.json").write_text("[]", encoding="utf-8")
+    line = cli_error(capsys, "generate", "--model", str(folder), "Hello")
+    assert "config.json holds a JSON list, not an object of settings" in line

@@ -131,9 +131,13 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     if not config_file.is_file():
         raise ValueError(f"{folder} {str(path)!r} {missing}")
     try:
-        return json.loads(config_file.read_text()).get("model_type")
+        config = json.loads(config_file.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{folder} {str(path)!r}: config.json is not valid JSON ({error})") from error
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder} {str(path)!r}: config.json holds a JSON {type(config).__name__}, not an object "
+                         "of settings")
+    return config.get("model_type")
 
 
 def check_qwen_folder(path: Path) -> None:

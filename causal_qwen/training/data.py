@@ -434,7 +434,7 @@ def _rows_to_documents(
             ordinal, value = target.locate(row, text, values, where) if target is not None else (None, None)
         except BadRow as error:
             if not source.skip_bad_rows:
-                raise BadRow(f"{error} (or set skip_bad_rows: true to skip such rows with a warning)") from None
+                raise BadRow(f"{error} (a training config's skip_bad_rows: true skips such rows with a warning)") from None
             skipped += 1
             if skipped <= 5:
                 logger.warning("skipping: %s", error)
