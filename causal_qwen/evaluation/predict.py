@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -191,6 +191,5 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
     if spaced is not None and (not isinstance(limit, int) or spaced["input_ids"].shape[1] <= limit):
         after_space = next_step_view(model, spaced["input_ids"].to(device), spaced["numeric_values"].to(device),
                                      top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals)
-        view.number = after_space.number
-        view.number.after = " "
+        view.number = replace(after_space.number, after=" ")
     return view
