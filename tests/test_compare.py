@@ -63,6 +63,14 @@ def test_compare_report_passes_on_the_untied_preset(untied_cli_run):
     assert_conversion_passes(report)
 
 
+def test_compare_prints_a_small_scale_in_significant_digits(untied_cli_run):
+    """The calibrated scale is far below 10⁻⁶ on a tiny preset: the printed line shows its digits, not 0.000000."""
+    _, printed, report = untied_cli_run
+    line = next(line for line in printed.splitlines() if line.startswith("scale_U mean"))
+    assert f"(expected {report['expected_scale_U']:.6g})" in line
+    assert line.split()[-1] == f"{report['scale_U_mean']:.6g}" and float(line.split()[-1]) > 0
+
+
 def test_compare_detects_a_broken_conversion():
     """A small base over a byte-level vocabulary: the checks read any base alike, and a comparison over the
     151,936-row vocabulary takes many seconds. The intact conversion passes them, the broken one does not."""
@@ -109,6 +117,9 @@ def test_convert_cli_writes_loadable_folder(tmp_path):
     assert model.config.num_token_id == 151665
     assert NumericTokenizer.from_pretrained(str(out)).num_token_id == 151665
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no staging folder left behind"
+    plain = tmp_path / "made_by_mkdir"
+    plain.mkdir()
+    assert out.stat().st_mode == plain.stat().st_mode, "the model folder has a plain folder's permissions, not 0700"
 
 
 def test_cli_errors_name_the_problem(capsys, tmp_path):

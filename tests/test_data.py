@@ -294,8 +294,12 @@ def test_unknown_config_key_suggests_nearest(tmp_path):
 
 
 def test_config_value_errors(tmp_path):
-    with pytest.raises(ValueError, match="max_steps must be a int"):
+    with pytest.raises(ValueError, match=r"a\.yaml: max_steps must be an integer, got 'many'"):
         load_train_config(write(tmp_path / "a.yaml", "data: x\nmax_steps: many\n"))
+    with pytest.raises(ValueError, match=r"^--set max_steps=abc: max_steps must be an integer, got 'abc'"):
+        load_train_config(write(tmp_path / "f.yaml", "data: x\n"), ["max_steps=abc"])
+    with pytest.raises(ValueError, match=r"^--set batch_size=0: batch_size must be >= 1"):
+        load_train_config(write(tmp_path / "g.yaml", "data: x\n"), ["batch_size=0"])
     with pytest.raises(ValueError, match="data is required"):
         load_train_config(write(tmp_path / "b.yaml", "max_steps: 3\n"))
     with pytest.raises(ValueError, match="lora cannot be combined with freeze_backbone"):

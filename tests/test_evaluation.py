@@ -632,6 +632,7 @@ def test_the_metrics_table_shows_the_first_figures_of_a_long_list():
     line = next(line for line in table.splitlines() if line.startswith("bits per number"))
     assert line.endswith("  0 / 1 / 2 / 3 / 4 / 5 / 6 / 7 / 8 / 9 / … (3,000 in all; --json lists every one)")
     assert format_metrics({"bits_per_number_by_order": [1.5, 2.0]}).endswith("  1.5 / 2")
+    assert format_metrics({"bits_per_number_by_order": []}).endswith("  n/a"), "text without numbers"
 
 
 def test_cli_number_index_with_all_numbers_is_an_error(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -217,9 +219,17 @@ class TestBadInput:
         with pytest.raises(ValueError, match="numeric_values has shape"):
             self.model(self.ids, numeric_values=torch.zeros(1, 4))
         with pytest.raises(ValueError, match="attention_mask has shape"):
-            self.model(self.ids, attention_mask=torch.ones(2, 5))
+            self.model(self.ids, attention_mask=torch.ones(2, 5), numeric_values=torch.zeros(1, 5))
         with pytest.raises(ValueError, match="labels has shape"):
             self.model(self.ids, labels=torch.zeros(1, 3, dtype=torch.long), numeric_values=torch.zeros(1, 5))
+
+    def test_num_tokens_without_numeric_values_warn(self):
+        with pytest.warns(UserWarning, match="<NUM> tokens but no numeric_values"):
+            self.model(self.ids)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.model(self.ids, numeric_values=torch.zeros(1, 5))
+            self.model(torch.where(self.ids == SMALL_NUM_ID, 0, self.ids))  # no <NUM>: nothing to say
 
     def test_numeric_values_wrong_type(self):
         with pytest.raises(TypeError, match="numeric_values must be a torch.Tensor"):
@@ -254,8 +264,8 @@ class TestBaseLoading:
 
     def test_converted_folder_says_how_to_load_it(self, tmp_path):
         (tmp_path / "config.json").write_text('{"model_type": "causal_qwen"}')
-        with pytest.raises(ValueError, match="not a Qwen2 model: it is converted already, load it with "
-                                             "CausalQwenForCausalLM.from_pretrained"):
+        with pytest.raises(ValueError, match="not a Qwen2 model: it is converted already: give it as --model "
+                                             r"\(or load it with CausalQwenForCausalLM.from_pretrained"):
             load_qwen_base(tmp_path)
 
     def test_wrong_type(self):

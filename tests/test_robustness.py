@@ -689,6 +689,31 @@ def test_a_model_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
     assert f"model folder '{missing}' does not exist" in cli_error(capsys, "predict", "--model", str(missing), "day 3")
 
 
+def test_a_run_folder_given_as_a_model_points_to_where_its_model_is(finished_run, tmp_path, capsys):
+    """A run's folder, a LoRA checkpoint and an unfinished run's folder each say where the model is."""
+    line = cli_error(capsys, "eval", "--model", str(finished_run))
+    assert f"its model is '{finished_run / 'final'}'" in line
+    lora_checkpoint = tmp_path / "lora_run" / "checkpoint-20"
+    lora_checkpoint.mkdir(parents=True)
+    (lora_checkpoint / "adapter_config.json").write_text("{}", encoding="utf-8")
+    line = cli_error(capsys, "generate", "--model", str(lora_checkpoint), "day 3")
+    assert "it is a LoRA checkpoint" in line and "final/" in line
+    assert "unfinished training run's folder" in cli_error(capsys, "predict", "--model", str(lora_checkpoint.parent), "day 3")
+    assert "holds no config.json" in cli_error(capsys, "predict", "--model", str(tmp_path), "day 3")
+
+
+def test_train_names_a_missing_model_before_reading_the_data(assets, tmp_path, capsys):
+    missing = tmp_path / "no_such_model"
+    config = write_config(tmp_path / "c.yaml", settings(assets, tmp_path / "run", model=str(missing),
+                                                        data=str(tmp_path / "no_such_data.csv")))
+    line = cli_error(capsys, "train", str(config))
+    assert "no_such_model" in line and "no_such_data" not in line
+    empty_folder = tmp_path / "empty"
+    empty_folder.mkdir()
+    assert f"model folder '{empty_folder}' holds no config.json" in cli_error(
+        capsys, "train", str(config), "--set", f"model={empty_folder}")
+
+
 def test_eval_scores_the_target_of_a_template_that_opens_with_a_number(assets, tmp_path, capsys):
     """``{day}: ... {value}``: the opening number has no prediction but is the document's number 0, so the
     target (number 1) is scored on every document, as it is when a word comes first."""

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
+        staging.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the model folder gets a plain mkdir's mode
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         if out.exists():
@@ -54,3 +55,10 @@ def run(args: argparse.Namespace) -> int:
     parameters = sum(p.numel() for p in model.parameters())
     print(f"wrote CausalQwen model ({parameters:,} parameters, {str(dtype).removeprefix('torch.')}) to {out}")
     return 0
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

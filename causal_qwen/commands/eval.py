@@ -321,7 +321,7 @@ LIST_SHOWN = 10  # the entries of a list figure the table shows (a long text's b
 
 def _fmt(value) -> str:
     """A figure as the table shows it; a list as its first `LIST_SHOWN` entries and how many there are."""
-    if value is None:
+    if value is None or (isinstance(value, list) and not value):
         return "n/a"
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)

@@ -129,7 +129,7 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     if not path.exists():
         raise ValueError(f"{folder} {str(path)!r} does not exist")
     if not config_file.is_file():
-        raise ValueError(f"{folder} {str(path)!r} {missing}")
+        raise ValueError(f"{folder} {str(path)!r} {missing}{run_folder_hint(path)}")
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as error:
@@ -140,13 +140,27 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     return config.get("model_type")
 
 
+def run_folder_hint(path: Path) -> str:
+    """For a folder without config.json: where its model is, when it is (part of) a training run's folder."""
+    if (path / "final" / "config.json").is_file():
+        return f": it is a training run's folder, and its model is {str(path / 'final')!r}"
+    if (path / "adapter_config.json").is_file():
+        return (": it is a LoRA checkpoint of a training run (adapter weights only); the run's model is written, "
+                "merged, to the run's final/ folder at its end (train --resume continues an unfinished run)")
+    if any(child.name.startswith("checkpoint-") and child.is_dir() for child in path.iterdir()):
+        return (": it is an unfinished training run's folder (checkpoint-N, no final/); train --resume continues it, "
+                "and a checkpoint-N folder of a run without LoRA loads as a model")
+    return ""
+
+
 def check_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
     model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing")
     if model_type not in QWEN_MODEL_TYPES:
         hint = ""
         if model_type == CausalQwenConfig.model_type:
-            hint = ": it is converted already, load it with CausalQwenForCausalLM.from_pretrained (or AutoModelForCausalLM)"
+            hint = (": it is converted already: give it as --model (or load it with "
+                    "CausalQwenForCausalLM.from_pretrained or AutoModelForCausalLM)")
         raise ValueError(f"folder {str(path)!r} holds a {model_type!r} model, not a Qwen2 model{hint}")
 
 

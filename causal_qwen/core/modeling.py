@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import warnings
 from dataclasses import dataclass, fields
 
 import torch
@@ -336,6 +337,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
     def _checked_numeric_values(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
         if numeric_values is None:
+            if bool((input_ids == self.config.num_token_id).any()):
+                warnings.warn("input_ids hold <NUM> tokens but no numeric_values were given: every number is read "
+                              "as 0; pass the tokenizer's numeric_values with input_ids (model(**tokenizer(text, "
+                              "return_tensors='pt')))", UserWarning, stacklevel=3)
             return None
         if not isinstance(numeric_values, Tensor):
             raise TypeError(f"numeric_values must be a torch.Tensor, got {type(numeric_values).__name__}")

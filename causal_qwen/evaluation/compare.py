@@ -319,7 +319,7 @@ def format_report(report: ComparisonReport) -> str:
         ("", ""),
         ("[abduction]", ""),
         ("loc_U == z", str(report.loc_U_equals_features)),
-        (f"scale_U mean (expected {report.expected_scale_U:g})", f"{report.scale_U_mean:.6f}"),
+        (f"scale_U mean (expected {report.expected_scale_U:.6g})", f"{report.scale_U_mean:.6g}"),
         ("scale_U relative spread across positions", _fmt(report.scale_U_std)),
         ("", ""),
         ("[OvR probabilities]", ""),

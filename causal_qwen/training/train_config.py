@@ -192,17 +192,22 @@ class TrainConfig:
     (each costs a (positions × V) score); 0 disables these two figures."""
 
     # ---------------------------------------------------------------------------------------------------------
-    def validate(self, source: str = "config") -> "TrainConfig":
-        """Check every value's type and range; raises ``ValueError`` naming ``source`` and the key."""
+    def validate(self, source: str = "config", origins: dict[str, str] | None = None) -> "TrainConfig":
+        """Check every value's type and range; raises ``ValueError`` naming where the value came from (``source``,
+        or ``origins[key]`` for a key set elsewhere, e.g. ``"--set max_steps=abc"``) and the key."""
         hints = typing.get_type_hints(TrainConfig)
+
+        def where(key: str) -> str:
+            return (origins or {}).get(key, source)
+
         for item in dataclasses.fields(self):
-            setattr(self, item.name, _coerce(source, item.name, getattr(self, item.name), hints[item.name]))
+            setattr(self, item.name, _coerce(where(item.name), item.name, getattr(self, item.name), hints[item.name]))
         if isinstance(self.split_at, datetime.date):  # YAML reads an unquoted 2024-02-20 as a date
             self.split_at = self.split_at.isoformat()
 
         def need(condition: bool, key: str, message: str) -> None:
             if not condition:
-                raise ValueError(f"{source}: {key} {message}, got {getattr(self, key)!r}")
+                raise ValueError(f"{where(key)}: {key} {message}, got {getattr(self, key)!r}")
 
         need(self.recipe in ("auto", *RECIPE_NAMES), "recipe", f"must be auto, {' or '.join(RECIPE_NAMES)}")
         self._apply_recipe()
@@ -252,7 +257,7 @@ class TrainConfig:
 
             fields = template_fields(self.template)
             need(self.target in fields, "target", f"must be a field of the template ({', '.join(fields)})")
-        _check_model_config(source, self.model_config)
+        _check_model_config(where("model_config"), self.model_config)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -316,10 +321,12 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
         values.setdefault("output_dir", str(Path("runs") / path.stem))
         for key in ("data", "validation_data"):
             _check_beside_config(path, key, values.get(key))
+    origins: dict[str, str] = {}
     for item in overrides:
         key, value = parse_override(item)
         _assign(values, key, value, f"--set {item}")
-    return TrainConfig(**values).validate(source)
+        origins[ALIASES.get(key.partition(".")[0], key.partition(".")[0])] = f"--set {item}"
+    return TrainConfig(**values).validate(source, origins)
 
 
 def _check_beside_config(config_file: Path, key: str, value: Any) -> None:
@@ -406,8 +413,13 @@ def _coerce(source: str, key: str, value: Any, hint: Any) -> Any:
         converted = _convert(value, option)
         if converted is not _NO:
             return converted
-    names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
-    raise ValueError(f"{source}: {key} must be a {names}, got {value!r} ({type(value).__name__})")
+    names = " or ".join(_TYPE_WORDS.get(o, f"a {getattr(o, '__name__', o)}") for o in options if o is not type(None))
+    raise ValueError(f"{source}: {key} must be {names}, got {value!r} ({type(value).__name__})")
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
+               dict: "a mapping"}
+"""How a value error names the type a setting takes."""
 
 
 _NO = object()

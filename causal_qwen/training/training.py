@@ -275,6 +275,23 @@ def is_causal_qwen_folder(path: str) -> bool:
         return False
 
 
+def check_model_named(config: TrainConfig) -> None:
+    """``ValueError`` at once when ``config.model`` names a file or folder that does not exist or holds no model
+    (checked again, fully, when the model is built: this only spares reading the data first)."""
+    from ..conversion import presets
+    from ..conversion.conversion import folder_model_type
+    from ..conversion.loading import check_missing_base
+
+    name = str(config.model)
+    path = Path(name).expanduser()
+    if presets.is_preset(name):
+        return
+    if not path.exists():
+        check_missing_base(name)  # a hub id passes; anything else is named
+    elif path.is_dir():
+        folder_model_type(path, folder="model folder")
+
+
 def build_model_and_tokenizer(config: TrainConfig) -> tuple[CausalQwenForCausalLM, Any]:
     """The model named by ``config.model`` (a converted folder, or a Qwen2 base converted now) and its tokenizer."""
     from ..conversion.loading import convert_base, load_causal_model
@@ -832,6 +849,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     """Check the data, build model and trainer, clear what a fresh start replaces, then train (or only write
     ``final/`` from a finished run's last checkpoint)."""
     tell(config.recipe_line(), report)
+    check_model_named(config)
     train_docs, valid_docs = read_split_documents(config, report)
     check_target_varies(config, train_docs)
     train_docs, check_docs = keep_check_slice(config, train_docs, report)
