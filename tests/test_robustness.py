@@ -636,6 +636,12 @@ def test_a_checkpoint_loads_as_a_model_folder_and_a_broken_folder_is_named(asset
     for file in no_weights.glob("*.safetensors"):
         file.unlink()
     assert "holds no weights" in cli_error(capsys, "predict", "--model", str(no_weights), "day 3")
+    edited = tmp_path / "edited_config"
+    shutil.copytree(assets / "converted", edited)
+    config = json.loads((edited / "config.json").read_text())
+    config["hidden_size"] *= 2
+    (edited / "config.json").write_text(json.dumps(config))
+    assert "config.json does not match the weights" in cli_error(capsys, "predict", "--model", str(edited), "day 3")
 
 
 def test_a_file_that_is_no_base_is_named(tmp_path, capsys):

@@ -113,6 +113,7 @@ def load_causal_model(model_dir: str | os.PathLike, device=None, dtype=None, **o
     path = Path(model_dir)
     check_causal_qwen_folder(path)
     check_weight_files(path)
+    check_weights_fit_config(path)
     if dtype is not None:
         overrides["dtype"] = dtype
     try:
@@ -147,6 +148,30 @@ def check_weight_files(folder: Path) -> None:
                 f"weights file {str(file)!r} is damaged ({_first_line(error)}); write the model again "
                 "(convert, or train's final/)"
             ) from error
+
+
+def check_weights_fit_config(folder: Path) -> None:
+    """``ValueError`` in one line when a stored tensor's shape differs from the one ``config.json`` asks for (a
+    config edited, or copied from another model), before transformers' load report of every mismatch."""
+    import torch
+    from safetensors import safe_open
+
+    from ..core.configuration import CausalQwenConfig
+    from ..core.modeling import CausalQwenForCausalLM
+
+    config = CausalQwenConfig.from_pretrained(str(folder))
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        expected = {name: tuple(tensor.shape) for name, tensor in CausalQwenForCausalLM(config).state_dict().items()}
+    differing = []
+    for file in weight_files(folder):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():
+                stored = tuple(handle.get_slice(name).get_shape())
+                if name in expected and expected[name] != stored:
+                    differing.append(f"{name}: stored {list(stored)}, config.json asks {list(expected[name])}")
+    if differing:
+        raise ValueError(f"model folder {str(folder)!r}: config.json does not match the weights ({len(differing)} "
+                         f"tensors differ in shape, e.g. {differing[0]}); restore the config.json written with them")
 
 
 def check_finite_weights(model, folder: Path) -> None:
