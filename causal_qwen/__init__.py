@@ -32,6 +32,7 @@ _EXPORTS = {
     "CausalQwenForCausalLM": "core.modeling",
     "CausalQwenOutput": "core.modeling",
     "NumericTokenizer": "core.tokenizer",
+    "NumericTextStreamer": "core.text_generation",
     "from_qwen": "conversion.conversion",
 }
 
@@ -57,7 +58,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    """The public names (not the modules this file imports for itself)."""
+    return sorted(__all__)
 
 
 if "transformers" in sys.modules:  # the caller uses transformers already: register as an eager import would

@@ -276,3 +276,26 @@ def test_forward_returns_a_tuple_and_the_backbones_hidden_states_and_attentions(
     assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.logits)
     assert torch.equal(with_loss[0], model(ids, labels=ids).loss)
     assert torch.equal(model(ids, labels=ids)[0], with_loss[0]), "out[0] is the loss, as for Qwen"
+
+
+def test_a_decoding_loop_may_pass_the_cache_as_past_key_values():
+    """Hugging Face's name for the KV cache reaches the backbone: one cached step equals the full pass."""
+    model = convert(ovr_calibration="none").eval()
+    ids = random_ids(batch=1, length=9)
+    with torch.no_grad():
+        full = model(input_ids=ids).loc_S[0, -1]  # (V,)
+        prefix = model(input_ids=ids[:, :-1], use_cache=True)
+        step = model(input_ids=ids[:, -1:], past_key_values=prefix.cache).loc_S[0, -1]
+        torch.testing.assert_close(step, full, rtol=0, atol=1e-4)
+        other = model(input_ids=ids[:, :-1], use_cache=True).cache
+        with pytest.raises(ValueError, match="give the KV cache once"):
+            model(input_ids=ids[:, -1:], past_key_values=prefix.cache, cache=other)
+
+
+def test_the_package_lists_its_public_names_only():
+    import causal_qwen
+    from causal_qwen.core.text_generation import NumericTextStreamer
+
+    assert dir(causal_qwen) == sorted(causal_qwen.__all__)
+    assert not {"importlib", "sys", "Any", "annotations"} & set(dir(causal_qwen))
+    assert causal_qwen.NumericTextStreamer is NumericTextStreamer

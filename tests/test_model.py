@@ -226,6 +226,12 @@ class TestBadInput:
     def test_num_tokens_without_numeric_values_warn(self):
         with pytest.warns(UserWarning, match="<NUM> tokens but no numeric_values"):
             self.model(self.ids)
+        with pytest.warns(UserWarning, match="<NUM> tokens but no numeric_values"):  # generate fills in zeros itself
+            self.model.generate(self.ids, mode="standard", max_new_tokens=1)
+
+    def test_generate_names_an_empty_prompt(self):
+        with pytest.raises(ValueError, match="the prompt is empty"):
+            self.model.generate(torch.zeros(1, 0, dtype=torch.long), mode="standard", max_new_tokens=1)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             self.model(self.ids, numeric_values=torch.zeros(1, 5))
@@ -260,6 +266,9 @@ class TestBaseLoading:
     def test_folder_with_other_model_type(self, tmp_path):
         (tmp_path / "config.json").write_text('{"model_type": "bert"}')
         with pytest.raises(ValueError, match="not a Qwen2 model"):
+            load_qwen_base(tmp_path)
+        (tmp_path / "config.json").write_text('{"hidden_size": 8}')
+        with pytest.raises(ValueError, match="names no model_type, so it is no Qwen2 model"):
             load_qwen_base(tmp_path)
 
     def test_converted_folder_says_how_to_load_it(self, tmp_path):

@@ -642,6 +642,8 @@ def test_a_checkpoint_loads_as_a_model_folder_and_a_broken_folder_is_named(asset
     config["hidden_size"] *= 2
     (edited / "config.json").write_text(json.dumps(config))
     assert "config.json does not match the weights" in cli_error(capsys, "predict", "--model", str(edited), "day 3")
+    (edited / "config.json").write_text('{"a": 1}')
+    assert "its config.json names no model_type" in cli_error(capsys, "predict", "--model", str(edited), "day 3")
 
 
 def test_a_file_that_is_no_base_is_named(tmp_path, capsys):
@@ -772,3 +774,20 @@ def test_ctrl_c_and_a_config_json_that_is_no_object_end_in_one_line(assets, tmp_
     (folder / "config.json").write_text("[]", encoding="utf-8")
     line = cli_error(capsys, "generate", "--model", str(folder), "Hello")
     assert "config.json holds a JSON list, not an object of settings" in line
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["generate", "--top-p", "2"], "argument --top-p: must lie in (0, 1], got '2'"),
+    (["generate", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got '-1'"),
+    (["generate", "--max-new-tokens", "0"], "argument --max-new-tokens: must be at least 1, got '0'"),
+    (["generate", "--causal-temperature", "nan"], "argument --causal-temperature: must be a finite number >= 0"),
+    (["predict", "--top-k", "abc"], "argument --top-k: must be an integer, got 'abc'"),
+])
+def test_an_option_out_of_range_is_named_by_its_flag_before_any_model_loads(argv, expected, capsys):
+    from causal_qwen.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit:
+        cli_main([argv[0], "--model", "no_such_model_folder", *argv[1:], "a prompt"])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err
+    assert expected in error and "no_such_model_folder" not in error

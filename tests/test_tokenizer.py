@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 
 import pytest
@@ -404,6 +405,24 @@ def test_decode_skips_masked_and_special(numeric: NumericTokenizer) -> None:
     assert numeric.decode([64, 220], None) == "a "
 
 
+def test_decode_writes_a_prompt_s_strings_and_a_model_s_numbers_to_their_scale(numeric: NumericTokenizer) -> None:
+    """What generate returns: the prompt (its numbers' strings cover its positions) and a continuation whose
+    number carries the scale of its forecast."""
+    prompt = numeric(["It cost $1,299.99, then 1e-5 was"], padding_side="left")
+    ids = prompt["input_ids"][0].tolist() + [220, numeric.num_token_id]  # (P+2,)
+    values = prompt["numeric_values"][0].tolist() + [0.0, 59.427208]
+    scales = [math.nan] * (len(ids) - 1) + [28.0]
+    assert numeric.decode(ids, values) == "It cost $1299.99, then 0.00001 was 59.427208"
+    assert numeric.decode(ids, values, numeric_strings=prompt["numeric_strings"][0],
+                          numeric_scales=scales) == "It cost $1,299.99, then 1e-5 was 59"
+    assert numeric.batch_decode([ids], [values], numeric_strings=prompt["numeric_strings"],
+                                numeric_scales=[scales]) == ["It cost $1,299.99, then 1e-5 was 59"]
+    with pytest.raises(ValueError, match="numeric_scales need the numeric_values"):
+        numeric.decode(ids, None, numeric_strings=prompt["numeric_strings"][0], numeric_scales=scales)
+    with pytest.raises(ValueError, match="numeric_strings has"):
+        numeric.decode(ids[:2], values[:2], numeric_strings=prompt["numeric_strings"][0])
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -424,7 +443,7 @@ def test_decode_skips_masked_and_special(numeric: NumericTokenizer) -> None:
         (lambda tok: tok.decode([NUM_ID]), "numeric_values"),
         (lambda tok: tok.decode([NUM_ID], skip_special_tokens=True), "TextStreamer.*NumericTextStreamer instead"),
         (lambda tok: tok.decode([NUM_ID, 1], [1.0]), "numeric_values"),
-        (lambda tok: tok.decode([NUM_ID, 1], numeric_strings=["5"]), "numeric_strings"),
+        (lambda tok: tok.decode([NUM_ID], numeric_strings=["5", "6"]), "numeric_strings"),
         (lambda tok: tok.decode([NUM_ID], numeric_strings=[""]), "neither a value nor a string"),
     ],
 )

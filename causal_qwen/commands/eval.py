@@ -104,7 +104,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                         ".jsonl/.json JSON Lines, .csv/.tsv CSV, anything else plain text)")
     parser.add_argument("--template", default=None, help="format string turning each CSV/JSONL row into text")
     parser.add_argument("--text-field", default=None, help="JSONL/CSV field holding the text (default 'text')")
-    parser.add_argument("--text-unit", choices=("line", "block"), default=None, help="plain text: documents per")
+    parser.add_argument("--text-unit", choices=("line", "block"), default=None,
+                        help="plain text: one document per non-empty line (line) or per blank-line-separated block "
+                             "(block); default: the config's, else line")
     parser.add_argument("--split-by", default=None, help="column to split by (with --split-at)")
     parser.add_argument("--split-at", default=None, help="evaluate only rows whose --split-by value is >= this")
     parser.add_argument("--target", default=None, help="template field whose number the number metrics score")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import write_text_atomic
+from .arguments import non_negative_float, non_negative_int, positive_int, probability
 from .eval import add_model_arguments, check_writable_file, load_model, placement
 
 # The modes of `causal_qwen.core.generation.MODES` (spelled here so that --help imports no torch).
@@ -29,17 +30,18 @@ def register(subparsers) -> None:
     )
     add_model_arguments(parser)
     parser.add_argument("--mode", default="standard", help=f"one of {', '.join(MODES)} (default: standard)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default 64)")
-    parser.add_argument("--min-new-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens to generate at most (default 64)")
+    parser.add_argument("--min-new-tokens", type=non_negative_int, default=0, help="no end-of-sequence before this many tokens")
     parser.add_argument("--seed", type=int, default=None, help="seed of the individuals (causal; prompt i draws from SEED + i) or of sampling")
-    parser.add_argument("--temperature", type=float, default=None, help="traditional mode: softmax temperature")
-    parser.add_argument("--top-k", type=int, default=None, help="traditional mode: keep the k most likely tokens")
-    parser.add_argument("--top-p", type=float, default=None, help="traditional mode: nucleus probability")
+    parser.add_argument("--temperature", type=non_negative_float, default=None,
+                        help="traditional mode: softmax temperature (default 1, sampling; 0 is greedy decoding)")
+    parser.add_argument("--top-k", type=positive_int, default=None, help="traditional mode: keep the k most likely tokens")
+    parser.add_argument("--top-p", type=probability, default=None, help="traditional mode: nucleus probability")
     parser.add_argument("--stop", action="append", default=None, metavar="STR", help="stop string (repeatable)")
     parser.add_argument("--individual-scope", default=None, choices=("token", "sequence"),
                         help="causal mode: a fresh individual per token (token, the default) or one per text "
                         "(sequence)")
-    parser.add_argument("--causal-temperature", type=float, default=None, metavar="TAU",
+    parser.add_argument("--causal-temperature", type=non_negative_float, default=None, metavar="TAU",
                         help="causal mode: the individual's spread τ (default: the model's calibrated value)")
     parser.add_argument("--individual", default=None, metavar="FILE",
                         help="causal mode, sequence scope: replay ε from this JSON file")

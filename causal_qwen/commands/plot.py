@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .arguments import positive_int
 from .eval import (add_data_arguments, add_model_arguments, check_number_choice, check_writable_file, data_spec,
                    load_model)
 
@@ -22,38 +23,42 @@ def register(subparsers) -> None:
         "frontier",
         description="Write one PNG figure (matplotlib). Run 'causal-qwen plot KIND --help' for each kind.",
     )
-    kinds = parser.add_subparsers(dest="kind", metavar="KIND")
-    kinds.required = True
+    subparsers_of_kinds = parser.add_subparsers(dest="kind", metavar="KIND")
+    subparsers_of_kinds.required = True
 
-    numbers = kinds.add_parser("numbers", help="predictive Cauchy densities of numbers, true values marked")
+    def kind(name: str, help: str) -> argparse.ArgumentParser:
+        """One KIND's parser, its --help opening with what it draws."""
+        return subparsers_of_kinds.add_parser(name, help=help, description=f"Draw {help}.")
+
+    numbers = kind("numbers", "predictive Cauchy densities of numbers, true values marked")
     _model_and_data(numbers)
     numbers.add_argument("--count", type=int, default=6, help="how many numbers to draw (default 6)")
     numbers.add_argument("--unit", default="value", help="x-axis label, e.g. 'temp_max (C)'")
     numbers.set_defaults(func=run_numbers)
 
-    calibration = kinds.add_parser("calibration", help="nominal vs empirical coverage of the central intervals, "
-                                   "beside the PIT histogram")
+    calibration = kind("calibration", "nominal vs empirical coverage of the central intervals, "
+                       "beside the PIT histogram")
     _model_and_data(calibration)
     calibration.set_defaults(func=run_calibration)
 
-    individuals = kinds.add_parser("individuals", help="2-D PCA of loc_U at number positions (size: scale_U)")
+    individuals = kind("individuals", "2-D PCA of loc_U at number positions (size: scale_U)")
     _model_and_data(individuals)
     individuals.set_defaults(func=run_individuals)
 
-    next_token = kinds.add_parser("next-token", help="top-k next-token OvR probabilities next to softmax ones")
+    next_token = kind("next-token", "top-k next-token OvR probabilities next to softmax ones")
     add_model_arguments(next_token)
     next_token.add_argument("--text", required=True, help="the text whose next token to show")
-    next_token.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
+    next_token.add_argument("--top-k", type=positive_int, default=10, help="candidates to show (default 10)")
     next_token.add_argument("--out", required=True, help="output .png file")
     next_token.set_defaults(func=run_next_token)
 
-    training = kinds.add_parser("training", help="training curves from a run's metrics.jsonl")
+    training = kind("training", "training curves from a run's metrics.jsonl")
     training.add_argument("metrics", help="metrics.jsonl written by causal-qwen train (or its output folder)")
     training.add_argument("--out", required=True, help="output .png file")
     training.set_defaults(func=run_training)
 
-    frontier = kinds.add_parser("frontier", help="diversity (distinct-2) against fluency (perplexity) of causal mode "
-                                "at several τ and Qwen at several temperatures")
+    frontier = kind("frontier", "diversity (distinct-2) against fluency (perplexity) of causal mode "
+                    "at several τ and Qwen at several temperatures")
     frontier.add_argument("--from", dest="bench", required=True, metavar="BENCH.json",
                           help="the JSON written by benchmarks/individual.py --json (its 'frontier' list)")
     frontier.add_argument("--out", required=True, help="output .png file")

@@ -6,6 +6,7 @@ import argparse
 import json
 import unicodedata
 
+from .arguments import positive_int
 from .eval import add_model_arguments, load_model
 
 
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
         "median with 50% and 90% intervals of the value.",
     )
     add_model_arguments(parser)
-    parser.add_argument("--top-k", type=int, default=10, help="candidates to show (default 10)")
+    parser.add_argument("--top-k", type=positive_int, default=10, help="candidates to show (default 10)")
     parser.add_argument("--json", action="store_true", help="print the view as JSON")
     parser.add_argument("text", metavar="TEXT", help="the text whose next step to show")
     parser.set_defaults(func=run)
@@ -51,8 +52,8 @@ def format_view(view) -> str:
         )
     n = view.number
     if n.after:
-        lines.append(f"(a number after a word follows its own {n.after!r} token: the <NUM> line is read after the text "
-                     f"+ {n.after!r})")
+        lines.append(f"(a number after a word or a number follows its own {n.after!r} token: the <NUM> line is "
+                     f"read after the text + {n.after!r})")
     lines.append(
         f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "
         f"softmax {n.softmax_probability:.4g}; "

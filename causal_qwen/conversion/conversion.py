@@ -156,6 +156,9 @@ def run_folder_hint(path: Path) -> str:
 def check_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
     model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing")
+    if model_type is None:
+        raise ValueError(f"folder {str(path)!r}: its config.json names no model_type, so it is no Qwen2 model "
+                         f"(a Qwen2 folder's says 'qwen2')")
     if model_type not in QWEN_MODEL_TYPES:
         hint = ""
         if model_type == CausalQwenConfig.model_type:

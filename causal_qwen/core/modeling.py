@@ -255,6 +255,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         if (decision == "causal") != (individual is not None):
             raise ValueError("decision='causal' needs an individual, and an individual needs decision='causal'")
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
+        cache = _one_cache(cache, kwargs.pop("past_key_values", None))
         if backbone_features is not None:  # training's feature cache: embedding and backbone ran before
             features, output = self._cached_features(backbone_features, input_ids), CausalQwenOutput()
             if labels is not None:
@@ -577,6 +578,16 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         yield
+
+
+def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The KV cache, given as ``cache`` (transformers v5's name) or ``past_key_values`` (the name every Hugging Face
+    decoding loop writes, and the output's alias); ``ValueError`` when both are given and differ."""
+    if past_key_values is None:
+        return cache
+    if cache is not None and cache is not past_key_values:
+        raise ValueError("give the KV cache once: cache and past_key_values are two different caches")
+    return past_key_values
 
 
 def _keep_positions(logits_to_keep: int | Tensor) -> slice | Tensor:

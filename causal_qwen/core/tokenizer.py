@@ -46,6 +46,7 @@ import copy
 import gc
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,7 +58,7 @@ from transformers import AutoConfig, AutoTokenizer, BatchEncoding, PreTrainedTok
 from transformers.utils import to_py_obj
 
 from .files import write_text_atomic
-from .numbers import NumberSpan, find_numbers, join_numbers
+from .numbers import NumberSpan, find_numbers, format_prediction, join_numbers
 from .qwen_vocab import (
     QWEN25_MODEL_VOCAB_SIZE,
     QWEN25_SPECIAL_TOKENS,
@@ -616,13 +617,17 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         skip_special_tokens: bool = False,
         numeric_strings: Sequence[str] | None = None,
         separate_numbers: bool = False,
+        numeric_scales: Sequence[float] | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> str | list[str]:
         """Text of one row (S,) (a batch (B,S) gives a list, as :meth:`batch_decode`).
 
         Each ``<NUM>`` is written as its string in ``numeric_strings`` (the number as it was read: the text
-        comes back exactly), else as :func:`format_number` of its value with a space added where it would
-        otherwise not read back as that number (:func:`join_numbers`). ``separate_numbers``: check the given
+        comes back exactly; a row shorter than ``ids`` covers its first positions, e.g. a prompt's strings for
+        ``model.generate``'s prompt and continuation), else, where ``numeric_scales`` gives it a finite scale (a
+        number the model wrote: ``generate``'s ``numeric_scales``), as :func:`format_prediction` of its value to the
+        digits that scale supports, else as :func:`format_number` of its value; a space is added where a number
+        would otherwise not read back as itself (:func:`join_numbers`). ``separate_numbers``: check the given
         strings that way too (numbers a model wrote). Positions with ``attention_mask == 0`` (padding) are
         left out. ``kwargs`` (``clean_up_tokenization_spaces``) are accepted and ignored: nothing is cleaned.
         ``ValueError`` when a ``<NUM>`` has neither a value nor a string (``skip_special_tokens`` does not drop it: a
@@ -631,9 +636,9 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         _check_decode_kwargs(kwargs)
         if _is_batched(ids):
             return self.batch_decode(ids, numeric_values, attention_mask, skip_special_tokens, numeric_strings,
-                                     separate_numbers)
-        return self._decode_rows([(ids, numeric_values, attention_mask, numeric_strings)], skip_special_tokens,
-                                 separate_numbers)[0]
+                                     separate_numbers, numeric_scales=numeric_scales)
+        return self._decode_rows([(ids, numeric_values, attention_mask, numeric_strings, numeric_scales)],
+                                 skip_special_tokens, separate_numbers)[0]
 
     def batch_decode(
         self,
@@ -643,14 +648,16 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         skip_special_tokens: bool = False,
         numeric_strings: Sequence[Sequence[str]] | None = None,
         separate_numbers: bool = False,
+        numeric_scales: Sequence[Sequence[float]] | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """:meth:`decode` for each row of (B,S) ``ids``, ``numeric_values``, ``numeric_strings`` and
-        ``attention_mask`` (the text between numbers of all rows is decoded by the backend in one call)."""
+        """:meth:`decode` for each row of (B,S) ``ids``, ``numeric_values``, ``numeric_strings``,
+        ``numeric_scales`` and ``attention_mask`` (the text between numbers of all rows is decoded by the backend
+        in one call)."""
         _check_decode_kwargs(kwargs)
         rows = len(ids)
         for name, other in (("numeric_values", numeric_values), ("attention_mask", attention_mask),
-                            ("numeric_strings", numeric_strings)):
+                            ("numeric_strings", numeric_strings), ("numeric_scales", numeric_scales)):
             if other is not None and len(other) != rows:
                 raise ValueError(f"{name} has {len(other)} rows for {rows} rows of ids")
         batch = [
@@ -659,23 +666,27 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                 None if numeric_values is None else numeric_values[row],
                 None if attention_mask is None else attention_mask[row],
                 None if numeric_strings is None else numeric_strings[row],
+                None if numeric_scales is None else numeric_scales[row],
             )
             for row in range(rows)
         ]
         with _paused_gc():
             return self._decode_rows(batch, skip_special_tokens, separate_numbers)
 
-    def _decode_rows(self, rows: list[tuple[Any, Any, Any, Any]], skip_special_tokens: bool,
+    def _decode_rows(self, rows: list[tuple[Any, Any, Any, Any, Any]], skip_special_tokens: bool,
                      separate_numbers: bool) -> list[str]:
-        """Rows of ``(ids, values, mask, strings)`` → texts: split at the ``<NUM>`` ids, text pieces decoded by
-        the backend in one batch, numbers joined in (:func:`join_numbers`)."""
+        """Rows of ``(ids, values, mask, strings, scales)`` → texts: split at the ``<NUM>`` ids, text pieces
+        decoded by the backend in one batch, numbers joined in (:func:`join_numbers`)."""
         num_id = self.num_token_id
         split_rows = []
         all_pieces: list[list[int]] = []
-        for ids, numeric_values, attention_mask, numeric_strings in rows:
+        for ids, numeric_values, attention_mask, numeric_strings, numeric_scales in rows:
             ids_list = _as_int_list(ids, "ids")
             values_list = _as_float_list(numeric_values, len(ids_list), "numeric_values")
             strings_list = _as_str_list(numeric_strings, len(ids_list))
+            scales_list = _as_float_list(numeric_scales, len(ids_list), "numeric_scales")
+            if scales_list is not None and values_list is None:
+                raise ValueError("numeric_scales need the numeric_values they are the scales of")
             if attention_mask is not None:
                 mask_list = _as_int_list(attention_mask, "attention_mask")
                 if len(mask_list) != len(ids_list):
@@ -685,6 +696,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                     ids_list = [ids_list[index] for index in kept]
                     values_list = None if values_list is None else [values_list[index] for index in kept]
                     strings_list = None if strings_list is None else [strings_list[index] for index in kept]
+                    scales_list = None if scales_list is None else [scales_list[index] for index in kept]
             positions = [index for index, token in enumerate(ids_list) if token == num_id]
             if positions and values_list is None and strings_list is None:
                 raise ValueError(
@@ -695,23 +707,28 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                 )
             numbers: list[float] = []
             strings: list[str | None] = []
+            model_written = False  # a string formatted here is checked like separate_numbers' strings
             start = 0
             for position in positions:
                 all_pieces.append(ids_list[start:position])
                 string = strings_list[position] if strings_list is not None else None
+                scale = scales_list[position] if scales_list is not None else math.nan
+                if not string and math.isfinite(scale) and scale > 0 and math.isfinite(values_list[position]):
+                    string = format_prediction(values_list[position], scale)  # a number the model wrote
+                    model_written = True
                 if values_list is None and not string:
                     raise ValueError(f"{NUM_TOKEN} at position {position} has neither a value nor a string")
                 numbers.append(values_list[position] if values_list is not None else float("nan"))
                 strings.append(string)
                 start = position + 1
             all_pieces.append(ids_list[start:])
-            split_rows.append((numbers, strings))
+            split_rows.append((numbers, strings, model_written))
         texts = iter(self._tokenizer.decode_batch(all_pieces, skip_special_tokens=skip_special_tokens))
         decoded = []
-        for numbers, strings in split_rows:
+        for numbers, strings, model_written in split_rows:
             pieces = [next(texts) for _ in range(len(numbers) + 1)]
             decoded.append(join_numbers(pieces, numbers, strings, decimal_comma=self.decimal_comma,
-                                        separate_strings=separate_numbers))
+                                        separate_strings=separate_numbers or model_written))
         return decoded
 
 
@@ -897,8 +914,9 @@ def _as_str_list(strings: Sequence[str] | None, length: int) -> list[str] | None
     if isinstance(strings, str) or not isinstance(strings, Sequence):
         raise ValueError(f"numeric_strings must be one row of strings, got {type(strings).__name__}")
     result = ["" if string is None else string for string in strings]
-    if len(result) != length:
+    if len(result) > length:
         raise ValueError(f"numeric_strings has {len(result)} entries for {length} ids")
+    result += [""] * (length - len(result))  # a prompt's strings: the positions after it have none
     for string in result:
         if not isinstance(string, str):
             raise ValueError(f"numeric_strings must hold str, got {type(string).__name__}")
