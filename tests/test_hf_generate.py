@@ -89,6 +89,7 @@ def test_model_generate_takes_the_decision_of_every_step(mode, number_bias):
         assert hf.individual.shape == (3, model.config.causal_size) and hf.seed == 5
 
 
+@pytest.mark.filterwarnings("ignore:input_ids hold <NUM> tokens")  # numbers read as 0 on purpose here
 def test_standard_scores_are_the_decision_scores():
     model = perturbed_model()
     ids, mask, values = left_padded()
@@ -102,6 +103,7 @@ def test_standard_scores_are_the_decision_scores():
     torch.testing.assert_close(hf.logits[0], expected)
 
 
+@pytest.mark.filterwarnings("ignore:input_ids hold <NUM> tokens")  # numbers read as 0 on purpose here
 def test_traditional_generate_feeds_numbers_back_and_defaults_to_traditional():
     """Before, a generated <NUM> went back with value 0; now it carries loc_Y."""
     model = perturbed_model(number_bias=1e4)
@@ -155,6 +157,7 @@ def test_model_generate_on_the_tiny_preset():
         assert torch.equal(hf.sequences[:, ids.shape[1] :], decisions), mode
 
 
+@pytest.mark.filterwarnings("ignore:input_ids hold <NUM> tokens")  # numbers read as 0 on purpose here
 def test_mode_from_a_generation_config():
     from transformers import GenerationConfig
 
@@ -197,6 +200,7 @@ def test_a_bases_repetition_penalty_does_not_move_the_modes_decisions(mode):
     assert not torch.equal(penalised.sequences, plain.sequences)
 
 
+@pytest.mark.filterwarnings("ignore:input_ids hold <NUM> tokens")  # numbers read as 0 on purpose here
 def test_generate_returns_the_hidden_states_and_attentions_asked_for():
     """Before, ``output_hidden_states=True`` / ``output_attentions=True`` with ``return_dict_in_generate=True``
     failed inside Hugging Face's loop ('CausalQwenOutput' object has no attribute 'hidden_states')."""

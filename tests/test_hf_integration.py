@@ -42,6 +42,7 @@ def test_labels_without_numeric_values_mean_no_numbers():
     torch.testing.assert_close(from_embeds.loss, reference.loss)
 
 
+@pytest.mark.filterwarnings("ignore:input_ids hold <NUM> tokens")  # numbers read as 0 on purpose here
 def test_labels_with_a_number_target_but_no_values_is_refused():
     model = convert()
     ids = random_ids()

@@ -73,7 +73,8 @@ def test_three_default_steps_keep_general_text(tmp_path, monkeypatch):
          "eval_steps=0", "report_to=[]", "progress_bar=false", "logging_steps=1", "monitor_positions=0",
          "regression_warm_start=false", "num_token_warm_start=false",  # the starts read all 1,096 days: below on 32
          "seed=0",  # the standard agreement after 3 steps depends on which 12 days train: 0.90 with seed 42
-         "cache_backbone_features=false", "interval_check=false"],  # 3 steps: caching 986 days would cost minutes
+         "cache_backbone_features=false", "interval_check=false",  # 3 steps: caching 986 days would cost minutes
+         f"model={REAL_GGUF}"],  # the file converted below (train names a model that does not exist at once)
     )
     model, tokenizer = convert_base(str(REAL_GGUF), calibration_positions=512, **config.model_config)
 
