@@ -281,7 +281,8 @@ def choose_ridge(features: Tensor, values: Tensor, grid: tuple[float, ...] = RID
                  scored: Tensor | None = None, fit: RegressionFit | None = None) -> tuple[float, dict[str, float]]:
     """``(λ, {λ: e(λ)})`` with ``e(λ)`` the mean over the `FOLDS` blocks of each block's median absolute
     out-of-fold residual (`out_of_fold_residuals`, by ``fit``: `ridge_fit` when None) on the ``scored`` numbers
-    (M,) bool (all when None; the fits read every number; blocks without a scored number left out): the largest ``λ`` of ``grid`` whose ``e`` lies
+    (M,) bool (all when None; the fits read every number given, and the callers give the targets alone,
+    `scored_numbers`; blocks without a scored number left out): the largest ``λ`` of ``grid`` whose ``e`` lies
     within one standard error (the blocks' spread of ``e`` at the best ``λ``, over the square root of their count)
     of the smallest ``e`` — the one-standard-error rule: the
     strongest ridge the data cannot tell from the best. `AUTO_FALLBACK_RIDGE` (and an empty table) when fewer
@@ -368,8 +369,8 @@ def warm_start(
     """The starts of the module docstring that have a ridge, from one pass over ``dataset``:
     ``{"regression": report, "num_token": report}``, None for a start not asked for or without data (no number in
     the data: both keep the converted values). ``target_ordinals[d]``: the index of row d's target among its
-    numbers, when every row names one (the regression fit reads every number; the ridge choice and ``γ_Y`` read
-    the targets, the numbers the user scores). Every process of a distributed run reads the whole dataset in the
+    numbers, when every row names one (the regression fit, the ridge choice and ``γ_Y`` read the targets, the
+    numbers the user scores: `scored_numbers`). Every process of a distributed run reads the whole dataset in the
     same order, so all start from the same heads. ``progress`` gets one-line messages (the pass takes a forward
     pass over the training set: minutes for a real base on a CPU)."""
     if target_ordinals is not None and len(target_ordinals) != len(dataset):
