@@ -232,6 +232,12 @@ class TestBadInput:
     def test_generate_names_an_empty_prompt(self):
         with pytest.raises(ValueError, match="the prompt is empty"):
             self.model.generate(torch.zeros(1, 0, dtype=torch.long), mode="standard", max_new_tokens=1)
+        ids = torch.cat([self.ids, self.ids])  # (2,5)
+        mask = torch.ones_like(ids)
+        mask[1] = 0  # row 1 is padding only: an empty prompt in a batch
+        with pytest.raises(ValueError, match=r"prompt row 1 is empty \(its attention_mask is all 0\)"):
+            self.model.generate(ids, attention_mask=mask, numeric_values=torch.zeros(2, 5), mode="standard",
+                                max_new_tokens=1)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             self.model(self.ids, numeric_values=torch.zeros(1, 5))

@@ -526,6 +526,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             found = getattr(input_ids, "shape", input_ids)
             raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
         check_seed(seed)
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, Tensor) and mask.dim() == 2 and input_ids.shape[1] > 0:
+            empty = (mask.sum(dim=1) == 0).nonzero().flatten().tolist()  # rows that are padding only
+            if empty:
+                raise ValueError(f"prompt row {empty[0]} is empty (its attention_mask is all 0): give every row at "
+                                 "least one token")
         state = DecodingState.start(
             self, input_ids, numeric_values, mode, individual_scope, causal_temperature, individual, seed
         )
