@@ -122,9 +122,10 @@ def _gguf_progress():
         gguf_utils.tqdm = original
 
 
-def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds no config.json") -> str | None:
+def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds no config.json",
+                      expected: str = "Qwen2 or CausalQwen") -> str:
     """The ``model_type`` written in ``path/config.json``; ``ValueError`` when the file is missing (the message
-    ``"{folder} 'PATH' {missing}"``) or not JSON."""
+    ``"{folder} 'PATH' {missing}"``), not JSON, or names no model type (no ``expected`` model, then)."""
     config_file = path / "config.json"
     if not path.exists():
         raise ValueError(f"{folder} {str(path)!r} does not exist")
@@ -137,7 +138,9 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     if not isinstance(config, dict):
         raise ValueError(f"{folder} {str(path)!r}: config.json holds a JSON {type(config).__name__}, not an object "
                          "of settings")
-    return config.get("model_type")
+    if config.get("model_type") is None:
+        raise ValueError(f"{folder} {str(path)!r}: its config.json names no model_type, so it is no {expected} model")
+    return config["model_type"]
 
 
 def run_folder_hint(path: Path) -> str:
@@ -155,10 +158,7 @@ def run_folder_hint(path: Path) -> str:
 
 def check_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a Qwen2 ``config.json``."""
-    model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing")
-    if model_type is None:
-        raise ValueError(f"folder {str(path)!r}: its config.json names no model_type, so it is no Qwen2 model "
-                         f"(a Qwen2 folder's says 'qwen2')")
+    model_type = folder_model_type(path, missing="holds no Qwen2 model: config.json is missing", expected="Qwen2")
     if model_type not in QWEN_MODEL_TYPES:
         hint = ""
         if model_type == CausalQwenConfig.model_type:

@@ -72,10 +72,7 @@ def check_causal_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a converted CausalQwen model (not a plain Qwen2 one)."""
     from ..core.configuration import CausalQwenConfig
 
-    model_type = folder_model_type(path, folder="model folder")
-    if model_type is None:
-        raise ValueError(f"model folder {str(path)!r}: its config.json names no model_type (a CausalQwen folder's says "
-                         f"{CausalQwenConfig.model_type!r}); write the model again (convert, or train's final/)")
+    model_type = folder_model_type(path, folder="model folder", expected="CausalQwen")
     if model_type != CausalQwenConfig.model_type:
         hint = " (convert it first: causal-qwen convert --base DIR --out NEW_DIR)" if model_type == "qwen2" else ""
         raise ValueError(f"model folder {str(path)!r} holds a {model_type!r} model, not a CausalQwen one{hint}")

@@ -261,9 +261,6 @@ class DecodingState:
               temperature: float | None, individual: Any, seed: int | None) -> "DecodingState":
         """Check the individual's options and draw or check ε. input_ids, numeric_values: (B,P)."""
         check_causal_options(mode, scope, temperature, individual)
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"generate needs input_ids of shape (batch, prompt length ≥ 1), got {tuple(input_ids.shape)}"
-                             ": the prompt is empty (give it at least one token)")
         values = model._checked_numeric_values(input_ids, numeric_values)  # warns at a <NUM> without its value
         if values is None:
             values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)

@@ -522,16 +522,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             elif generation_config is None:
                 kwargs.setdefault("repetition_penalty", 1.0)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            found = getattr(input_ids, "shape", input_ids)
-            raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
+        _check_prompts(input_ids, kwargs.get("attention_mask"))
         check_seed(seed)
-        mask = kwargs.get("attention_mask")
-        if isinstance(mask, Tensor) and mask.dim() == 2 and input_ids.shape[1] > 0:
-            empty = (mask.sum(dim=1) == 0).nonzero().flatten().tolist()  # rows that are padding only
-            if empty:
-                raise ValueError(f"prompt row {empty[0]} is empty (its attention_mask is all 0): give every row at "
-                                 "least one token")
         state = DecodingState.start(
             self, input_ids, numeric_values, mode, individual_scope, causal_temperature, individual, seed
         )
@@ -584,6 +576,22 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         yield
+
+
+def _check_prompts(input_ids: object, attention_mask: object) -> None:
+    """``ValueError`` unless ``input_ids`` is (B,P) with ``P ≥ 1`` and no row of ``attention_mask`` is all 0 (a
+    prompt of padding only)."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        found = getattr(input_ids, "shape", input_ids)
+        raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
+    if input_ids.shape[1] == 0:
+        raise ValueError(f"generate needs input_ids of shape (batch, prompt length ≥ 1), got {tuple(input_ids.shape)}"
+                         ": the prompt is empty (give it at least one token)")
+    if isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
+        empty = (attention_mask.sum(dim=1) == 0).nonzero().flatten().tolist()  # rows that are padding only
+        if empty:
+            raise ValueError(f"prompt row {empty[0]} is empty (its attention_mask is all 0): give every row at "
+                             "least one token")
 
 
 def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:

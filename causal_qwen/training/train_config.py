@@ -325,7 +325,8 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
     for item in overrides:
         key, value = parse_override(item)
         _assign(values, key, value, f"--set {item}")
-        origins[ALIASES.get(key.partition(".")[0], key.partition(".")[0])] = f"--set {item}"
+        top = key.partition(".")[0]
+        origins[ALIASES.get(top, top)] = f"--set {item}"
     return TrainConfig(**values).validate(source, origins)
 
 
