@@ -156,13 +156,26 @@ def test_split_by_two_digit_year_dates_and_a_bad_date_named_with_the_files_value
     bad = docs_with_dates(["17-Sep-03", "18-Sep-03", "Sep 19th"])
     with pytest.raises(ValueError, match=r"x: row 3: split_by column 'Date' holds 'Sep 19th', which is not a number "
                                          r"and not a date written like the rows before it \('17-Sep-03', read as "
-                                         r"%d-%b-%y\); write every date of the column the same way \(the date "
-                                         r"spellings read are %Y-%m-%d, .*%d-%b-%y"):
+                                         r"%d-%b-%y\); write every date of the column the same way \(dates "
+                                         r"written like 2015-01-31, .*31-Jan-15"):
         split_documents(bad, SplitSpec(split_by="Date", split_at="2003-09-20"))
     # the spelling named is the one that reads the first value, not one that read it only as ISO 8601
     mixed = docs_with_dates(["2023-01-01", "01/02/2023", "03-Jan-23"])
     with pytest.raises(ValueError, match=r"row 3: .* holds '03-Jan-23', .*\('2023-01-01', read as %Y-%m-%d\)"):
         split_documents(mixed, SplitSpec(split_by="Date", split_at="2023-01-02"))
+
+
+def test_month_and_year_dates_split_and_a_date_cut_on_a_number_column_is_named():
+    months = docs_with_dates(["11/2022", "12/2022", "01/2023", "02/2023"])
+    train, valid = split_documents(months, SplitSpec(split_by="Date", split_at="01/2023"))
+    assert [d.split_value for d in train] == ["11/2022", "12/2022"] and len(valid) == 2
+    dashed = docs_with_dates(["12-2022", "01-2023"])
+    train, valid = split_documents(dashed, SplitSpec(split_by="Date", split_at="2023-01-01"))
+    assert [d.split_value for d in train] == ["12-2022"] and len(valid) == 1
+    years = docs_with_dates(["2021", "2022", "2023"])
+    with pytest.raises(ValueError, match=r"split_at '2023-01-01' is a date, but split_by column 'Date' holds "
+                                         r"numbers \(such as '2021'\); give split_at as a number"):
+        split_documents(years, SplitSpec(split_by="Date", split_at="2023-01-01"))
 
 
 def test_a_number_column_with_text_in_it_names_the_text(caplog):

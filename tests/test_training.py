@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -224,6 +225,7 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     from causal_qwen.training.training import (keep_check_slice, out_of_fold_order, read_split_documents,
                                                tokenize_datasets)
     from causal_qwen.training.warm_start import offset_logistic_fit, out_of_fold_residuals, read_positions, ridge_fit
+    from causal_qwen.core.numbers import decimals_written
 
     model_config = {"ovr_negatives": 256, "number_noise_init": 1.0}
     run = config(assets, tmp_path, max_steps=1, regression_warm_start=1e-3, regression_learning_rate=0.0,
@@ -263,6 +265,11 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
                                    model_config=model_config, target="value"), report=lines.append)
     assert any(f"(fitted to its {len(dataset)} targets)" in line for line in lines), lines
     kept = CausalQwenForCausalLM.from_pretrained(targeted.final_dir)
+    written = [f"{(day * 37) % 50 / 4}" for day in range(1, 49)]  # the value column as data.csv writes it
+    assert decimals_written(written) == 1  # 24 values such as 9.5 or 3.0, 24 such as 9.25: a tie goes to fewer
+    saved = NumericTokenizer.from_pretrained(str(targeted.final_dir))
+    assert saved.number_min_decimals == 1  # a forecast of the target is written as the table writes it
+    assert NumericTokenizer.from_pretrained(str(result.final_dir)).number_min_decimals is None  # no target named
     target_weight, target_bias = ridge_fit(features[scored], values[scored], 1e-3)  # the fit reads the targets alone
     torch.testing.assert_close(kept.action.regression_head.weight[0].double(), target_weight, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(kept.action.regression_head.bias[0].double(), target_bias, rtol=1e-4, atol=1e-6)
@@ -278,6 +285,26 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     torch.testing.assert_close(classification.bias[num_id].double(), row_bias, rtol=1e-3, atol=1e-5)
     others = torch.arange(classification.weight.shape[0]) != num_id
     torch.testing.assert_close(classification.weight[others], reference.action.classification_head.weight[others])
+
+
+def test_the_read_out_of_tiny_numbers_moves_by_their_size_not_by_the_learning_rate(assets, tmp_path):
+    """Adam moves each weight by about its learning rate: a rate of 1e-3 would put ``b_reg`` a thousand times past
+    numbers near 1e-6 in a step. The regression head's rate is capped at a share of the numbers' error scale."""
+    from causal_qwen.training.training import REGRESSION_STEP_SHARE
+
+    data = tmp_path / "rates.csv"
+    data.write_text("day,value\n" + "".join(f"{day},{(day * 37) % 50 / 4 + 1:.2f}e-06\n" for day in range(1, 49)))
+    lines: list[str] = []
+    result = run_training(config(assets, tmp_path / "run", data=str(data), target="value", max_steps=3,
+                                 regression_warm_start=1.0, regression_learning_rate=1e-3, warmup_steps=0,
+                                 lr_scheduler_type="constant"), report=lines.append)
+    capped = [line for line in lines if line.startswith("regression head's learning rate")]
+    assert len(capped) == 1 and "instead of 0.001" in capped[0], lines
+    spread = float(capped[0].split("out-of-fold error ")[1].split(",")[0])
+    assert 1e-7 < spread < 1e-5  # the numbers' error scale, in their units
+    bias = CausalQwenForCausalLM.from_pretrained(result.final_dir).action.regression_head.bias[0].item()
+    assert abs(bias) < 1e-4, bias  # within a few numbers' sizes of 0, not 1e-3 per step away
+    assert REGRESSION_STEP_SHARE * spread < 1e-3
 
 
 def test_backbone_frozen_for_the_first_steps_only(assets, initial, tmp_path):
@@ -375,6 +402,52 @@ def test_cli_reports_bad_config_and_bad_data(assets, tmp_path, capsys):
 
     assert cli_main(["train", str(cfg), "--resume"]) == 2
     assert "holds no checkpoint" in capsys.readouterr().err
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text('data: d.csv\ntemplate: "a {x} b {y}"\n target: y\n')
+    assert cli_main(["train", str(broken)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"causal-qwen train: error: {broken}: line 3, column 2: not valid YAML (expected <block end>, but found "
+        "'<block mapping start>')"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("weight_decay=.nan", "weight_decay must be a finite number, got nan"),
+    ("num_train_epochs=.inf", "num_train_epochs must be a finite number, got inf"),
+    ("weight_decay=-5", "weight_decay must be >= 0, got -5.0"),
+    ("warmup_steps=1.5", "warmup_steps must be a whole number of steps or a fraction of the run in [0, 1), got 1.5"),
+    ("lora_dropout=2", "lora_dropout must lie in [0, 1), got 2.0"),
+    ("lora_alpha=0", "lora_alpha must be > 0, got 0.0"),
+    ("optim=foo", "optim must name one of transformers' optimizers (adamw_torch, "),
+    ("lr_scheduler_type=bar", "lr_scheduler_type must be one of linear, cosine, "),
+])
+def test_settings_that_cannot_train_are_named_before_anything_runs(setting, message):
+    config = TrainConfig(model="random:tiny", data="x.csv")
+    key, value = setting.split("=")
+    setattr(config, key, yaml.safe_load(value))
+    with pytest.raises(ValueError, match=re.escape(f"--set {setting}: {message}")):
+        config.validate("c.yaml", {key: f"--set {setting}"})
+
+
+def test_train_warns_when_the_target_is_not_the_templates_last_field(tmp_path, capsys, monkeypatch):
+    import causal_qwen.training.training as training_module
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training_module, "run_training", stop)
+    cfg = tmp_path / "first.yaml"
+    cfg.write_text(yaml.safe_dump({"model": "random:tiny", "data": "houses.csv", "target": "price",
+                                   "template": "Sold for {price} dollars: {address}, {area} m2.",
+                                   "output_dir": str(tmp_path / "run")}))
+    assert cli_main(["train", str(cfg)]) == 130
+    assert ("warning: target 'price' is not the template's last field: the model forecasts it from the text before "
+            "it, so 'address', 'area' cannot inform it; put the target last") in capsys.readouterr().out
+    cfg.write_text(yaml.safe_dump({"model": "random:tiny", "data": "houses.csv", "target": "price",
+                                   "template": "{address}, {area} m2: sold for {price} dollars.",
+                                   "output_dir": str(tmp_path / "run")}))
+    assert cli_main(["train", str(cfg)]) == 130
+    assert "warning" not in capsys.readouterr().out
 
 
 # ---- the fused loss is what training uses -----------------------------------------------------------------

@@ -21,7 +21,9 @@ def register(subparsers) -> None:
         "TensorBoard, OUTPUT_DIR/metrics.jsonl and OUTPUT_DIR/final. Runs unchanged under torchrun and "
         "accelerate launch. Config keys: " + ", ".join(valid_keys()) + ".",
     )
-    parser.add_argument("config", help="YAML file of settings (see examples/seattle_weather.yaml)")
+    parser.add_argument("config", help="YAML file of settings: data, template, target and a split (split_by and "
+                        "split_at, or validation_split) are enough, the rest comes from the recipe of the base's kind "
+                        "(README, 'Training on your own CSV'; examples/seattle_weather.yaml sets more)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -64,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         config.progress_bar = False
         if progress.mode() != "never":
             callbacks.append(ProgressLines(report))
+    later = fields_after_target(config)
+    if later:
+        report(f"warning: target '{config.target}' is not the template's last field: the model forecasts it from the "
+               f"text before it, so {', '.join(repr(name) for name in later)} cannot inform it; put the target last")
     result = run_training(config, resume=args.resume, report=report, callbacks=callbacks)
     if not main_process or not result.trained:
         return 0
@@ -79,6 +85,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"adapter: {result.adapter_dir}")
     print(f"model:   {result.final_dir}")
     return 0
+
+
+def fields_after_target(config) -> list[str]:
+    """The template's fields written after the target (none without a target or a template)."""
+    if config.target is None or config.template is None:
+        return []
+    from ..training.data import template_fields
+
+    fields = template_fields(config.template)
+    return fields[fields.index(config.target) + 1:]
 
 
 def _figure(value) -> str:

@@ -605,8 +605,11 @@ DATE_FORMATS = (
     "%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
     "%Y-%m-%dT%H:%M", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y",
     "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y", "%d-%b-%y", "%m/%d/%y",
-    "%d/%m/%y", "%Y-%m", "%Y/%m", "%b %Y", "%B %Y",
+    "%d/%m/%y", "%Y-%m", "%Y/%m", "%m/%Y", "%m-%Y", "%b %Y", "%B %Y",
 )
+DATE_EXAMPLES = ("2015-01-31, 2015/01/31 18:00, 01/31/2015, 31.01.2015, Jan 31 2015, 31 January 2015, 31-Jan-15, "
+                 "2015-01, 01/2015, January 2015")
+"""Spellings `DATE_FORMATS` reads, one of a kind each, for error messages (`DATE_FORMATS` holds them all)."""
 
 
 @dataclass(frozen=True)
@@ -679,9 +682,11 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
     """The `SplitKey` of a split column: numbers when every value (and ``split_at``) is one, else dates in the
     first format of `DATE_FORMATS` that reads every value. ``ValueError`` naming the row (``where[i]``) and
     value that is neither, rather than a text comparison."""
-    if all(parse_number(v) is not None for v in values) and (split_at is None or parse_number(split_at) is not None
-                                                               or parse_date(split_at, DATE_FORMATS) is None):
-        return SplitKey(column, "number")
+    if all(parse_number(v) is not None for v in values):
+        if split_at is None or parse_number(split_at) is not None or parse_date(split_at, DATE_FORMATS) is None:
+            return SplitKey(column, "number")
+        raise ValueError(f"split_at {split_at!r} is a date, but split_by column '{column}' holds numbers (such as "
+                         f"{values[0]!r}); give split_at as a number of that column (a year: 2023)")
     best, best_count = None, -1
     for date_format in DATE_FORMATS:
         count = 0
@@ -703,12 +708,12 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
     place = where[index] if where is not None else f"value {index + 1}"
     if best_count == 0 and parse_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
         raise ValueError(f"{place}: split_by column '{column}' holds {values[0]!r}, which is neither a number nor "
-                         f"a date; split_by needs a column of numbers or dates (the date spellings read are "
-                         f"{', '.join(DATE_FORMATS)} and ISO 8601)")
+                         f"a date; split_by needs a column of numbers or dates (dates written like "
+                         f"{DATE_EXAMPLES}, or ISO 8601)")
     raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a number and not a "
                      f"date written like the rows before it ({values[0]!r}, read as {_spelling(values[0])}); write "
-                     f"every date of the column the same way (the date spellings read are {', '.join(DATE_FORMATS)} "
-                     "and ISO 8601)")
+                     f"every date of the column the same way (dates written like {DATE_EXAMPLES}, "
+                     "or ISO 8601)")
 
 
 def _spelling(value: Any) -> str:

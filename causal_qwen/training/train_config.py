@@ -32,6 +32,22 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 BF16_CHOICES = ("auto", True, False)
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML parser's error in one line: where (1-based line and column) and what, without the quoted source."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}not valid YAML ({problem})"
+
+
+def _trainer_choices() -> tuple[list[str], list[str]]:
+    """The names transformers' Trainer takes for ``optim`` and ``lr_scheduler_type`` (imported when checked)."""
+    from transformers.trainer_utils import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    return [name.value for name in OptimizerNames], [name.value for name in SchedulerType]
+
+
 @dataclass
 class TrainConfig:
     """Settings of one training run (see ``examples/seattle_weather.yaml`` for a commented example)."""
@@ -211,6 +227,10 @@ class TrainConfig:
 
         need(self.recipe in ("auto", *RECIPE_NAMES), "recipe", f"must be auto, {' or '.join(RECIPE_NAMES)}")
         self._apply_recipe()
+        for item in dataclasses.fields(self):  # nan and inf pass every comparison below that they should fail
+            value = getattr(self, item.name)
+            if isinstance(value, float):
+                need(math.isfinite(value), item.name, "must be a finite number")
 
         need(self.data is not None, "data", "is required (a training file or vega:NAME)")
         need(self.max_length >= 2, "max_length", "must be >= 2")
@@ -223,7 +243,12 @@ class TrainConfig:
                     "lora_learning_rate"):
             value = getattr(self, key)
             need(value is None or (math.isfinite(value) and value >= 0), key, "must be >= 0")
-        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        need(self.warmup_steps >= 0 and (self.warmup_steps < 1 or float(self.warmup_steps).is_integer()),
+             "warmup_steps", "must be a whole number of steps or a fraction of the run in [0, 1)")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        optimizers, schedulers = _trainer_choices()
+        need(self.optim in optimizers, "optim", f"must name one of transformers' optimizers ({', '.join(optimizers[:4])}, ...)")
+        need(self.lr_scheduler_type in schedulers, "lr_scheduler_type", f"must be one of {', '.join(schedulers)}")
         need(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0")
         need(self.freeze_backbone_steps >= 0, "freeze_backbone_steps", "must be >= 0")
         need(not (self.lora and self.freeze_backbone), "lora", "cannot be combined with freeze_backbone")
@@ -231,6 +256,8 @@ class TrainConfig:
              "needs a backbone and numeric embedding frozen for the whole run (freeze_backbone: true, "
              "freeze_backbone_steps: 0, no lora, numeric_embedding_learning_rate: 0)")
         need(self.lora_r >= 1, "lora_r", "must be >= 1")
+        need(self.lora_alpha > 0, "lora_alpha", "must be > 0")
+        need(0 <= self.lora_dropout < 1, "lora_dropout", "must lie in [0, 1)")
         for key in ("regression_warm_start", "num_token_warm_start"):
             value = getattr(self, key)
             if key == "regression_warm_start" and value == "auto":
@@ -311,7 +338,7 @@ def load_train_config(path: str | Path | None, overrides: list[str] | tuple[str,
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as error:
-            raise ValueError(f"{path}: not valid YAML ({error})") from error
+            raise ValueError(f"{path}: {_yaml_problem(error)}") from error
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -42,6 +42,7 @@ from transformers.training_args import ParallelMode
 
 from ..core.files import write_text_atomic
 from ..core.modeling import CausalQwenForCausalLM
+from ..core.numbers import decimals_written, find_numbers
 from . import data as data_module
 from .collator import NumericCollator, TokenizedDataset, tokenize_documents
 from .monitoring import MetricAccumulator, MetricsJsonlCallback, decision_stats, number_stats, representation_stats
@@ -104,6 +105,7 @@ class CausalQwenTrainer(Trainer):
         self.train_figures = MetricAccumulator()
         self.eval_figures = MetricAccumulator()
         self._step_learning_rates: dict[str, float] = {}
+        self.regression_rate_cap: float | None = None  # `regression_rate_cap`, set before the optimizer is made
         self._staging_root: Path | None = None
 
     # -- parts of the model --
@@ -116,7 +118,8 @@ class CausalQwenTrainer(Trainer):
         config = self.train_config
         return {
             "heads": config.learning_rate,
-            "regression": _default(getattr(config, "regression_learning_rate", None), config.learning_rate),
+            "regression": min(_default(getattr(config, "regression_learning_rate", None), config.learning_rate),
+                              math.inf if self.regression_rate_cap is None else self.regression_rate_cap),
             "numeric_embedding": _default(config.numeric_embedding_learning_rate, config.learning_rate),
             "backbone": config.backbone_learning_rate,
             "lora": _default(config.lora_learning_rate, config.learning_rate),
@@ -258,6 +261,22 @@ class CausalQwenTrainer(Trainer):
         for key, value in self.eval_figures.drain(self._sum_over_processes).items():
             output.metrics[f"{prefix}_{key}"] = value
         return output
+
+
+REGRESSION_STEP_SHARE = 0.01
+"""The regression head's learning rate is at most this share of the numbers' error scale (`regression_rate_cap`)."""
+
+
+def regression_rate_cap(warm: WarmStartReport | None) -> float | None:
+    """``REGRESSION_STEP_SHARE · γ`` with ``γ`` the warm start's median absolute out-of-fold residual (target units),
+    or None without a warm start (or where ``γ`` is 0). Adam moves every weight by about its learning rate per
+    step, whatever the numbers' size, and ``b_reg`` is in the numbers' units: a rate chosen for numbers whose
+    errors are about 1 to 10 (the random recipe's 1e-3) moves a read-out of rates near 1e-6 by a thousand times
+    their size in a few steps. Capped, a step moves ``b_reg`` by at most a hundredth of the numbers' typical error;
+    numbers of the usual sizes are left at the recipe's rate."""
+    if warm is None or not warm.out_of_fold_mdae > 0:
+        return None
+    return REGRESSION_STEP_SHARE * warm.out_of_fold_mdae
 
 
 def _default(value: float | None, fallback: float) -> float:
@@ -835,6 +854,14 @@ def adopt_tokenizer_padding(model: CausalQwenForCausalLM, tokenizer: Any) -> Non
             holder.pad_token_id = pad_id
 
 
+def target_decimals(docs: Sequence[data_module.Document]) -> int | None:
+    """The decimals the documents' targets are most often written with (`decimals_written`; ``"$1,757.12"`` →
+    2): the fewest a forecast of the target is written with (`format_prediction`'s ``min_decimals``), so that
+    ``predict`` and ``generate`` write the field as the table does. None without targets."""
+    written = [find_numbers(doc.text)[doc.target_ordinal].text for doc in docs if doc.target_ordinal is not None]
+    return decimals_written(written)
+
+
 def check_target_varies(config: TrainConfig, train_docs: Sequence[data_module.Document]) -> None:
     """``ValueError`` when the config's ``target`` takes one value in every training row: there is no spread to
     learn, and a Cauchy of scale 0 has no density (the first step's loss would be nan)."""
@@ -856,6 +883,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     train_docs = out_of_fold_order(config, train_docs)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
+    if config.target is not None:  # the saved tokenizer writes a forecast of the target with its decimals
+        tokenizer.number_min_decimals = target_decimals([*train_docs, *check_docs])
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
@@ -904,6 +933,12 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
             save_warm_start(output_dir, warm)
     if not fresh_start:
         warm = load_warm_start(output_dir)
+    trainer.regression_rate_cap = regression_rate_cap(warm)
+    wanted = _default(config.regression_learning_rate, config.learning_rate)
+    if trainer.regression_rate_cap is not None and trainer.regression_rate_cap < wanted and _is_main_process():
+        tell(f"regression head's learning rate {trainer.regression_rate_cap:.3g} instead of {wanted:g}: "
+             f"{REGRESSION_STEP_SHARE:g} of the numbers' out-of-fold error {warm.out_of_fold_mdae:.3g}, so that a "
+             "step cannot move the read-out by more than a share of the numbers' own size", report)
     trainer.accelerator.wait_for_everyone()
     if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
         if trainer.is_world_process_zero():  # a kill between publishing it and rotating may have left one more

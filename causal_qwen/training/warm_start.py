@@ -400,7 +400,10 @@ def warm_start(
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
         if progress is not None:
             chosen = " (auto: by the out-of-fold error)" if regression.out_of_fold_by_ridge else ""
+            targets = int(positions.number_is_target.sum())
             scored = f" (fitted to its {regression.scored} targets)" if regression.scored < regression.numbers else ""
+            if regression.scored == regression.numbers and targets < regression.numbers:
+                scored = f" (fitted to every number: {targets} targets are fewer than {2 * FOLDS})"
             progress(f"regression warm start: {regression.numbers} numbers{scored}, ridge {regression.ridge:g}{chosen}, "
                      f"median absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} "
                      f"out of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
