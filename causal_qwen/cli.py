@@ -26,8 +26,19 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's parser with its usage errors in one line on stderr (exit status 2), as every other error of the
+    command line, instead of the usage block above the message."""
+
+    def error(self, message: str):
+        hint = ""
+        if "PROMPT" in message or "TEXT" in message or "unrecognized arguments: -" in message:
+            hint = "; a prompt that starts with '-' goes after '--' (causal-qwen generate ... -- -3.5e2)"
+        self.exit(2, f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="causal-qwen",
         description="CausalQwen: convert Qwen2 models to causal LMs with Cauchy abduction/action heads, "
         "verify, fine-tune, generate, evaluate and plot.",

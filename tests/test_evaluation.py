@@ -434,6 +434,27 @@ def test_text_bits_refuse_a_text_longer_than_the_model_s_positions(tiny_model_an
 
 
 @torch.no_grad()
+def test_eval_leaves_a_text_longer_than_the_positions_out_of_bits_per_byte_only(tiny_model_and_tokenizer, caplog):
+    from causal_qwen.training.data import Document
+
+    model, tokenizer = tiny_model_and_tokenizer
+    limit = model.config.max_position_embeddings
+    model.config.max_position_embeddings = 8
+    long_text = "A text of many more words than eight tokens hold."
+    docs = [Document(text=text, source="x", row=i + 1) for i, text in enumerate(["Short.", long_text])]
+    try:
+        with caplog.at_level("WARNING"):
+            result = evaluation.evaluate_documents(model, tokenizer, docs, max_length=8, bits=True)
+        assert result.bits.texts == 1 and result.bits.bytes == len("Short.")  # the short text alone
+        assert result.metrics()["documents"] == 2  # perplexity and accuracy read both, the long one cut
+        assert "bits per byte leave out 1 of 2 texts longer than the model's 8 positions" in caplog.text
+        alone = evaluation.evaluate_documents(model, tokenizer, docs[1:], max_length=8, bits=True)
+        assert alone.bits is None and "bits_per_byte" not in alone.metrics()
+    finally:
+        model.config.max_position_embeddings = limit
+
+
+@torch.no_grad()
 def test_qwen_text_bits_refuse_a_text_longer_than_the_model_s_positions():
     from causal_qwen.conversion.presets import build_preset
     from causal_qwen.core.tokenizer import build_qwen25_base_tokenizer

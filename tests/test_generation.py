@@ -512,6 +512,25 @@ def test_predict_reads_the_number_forecast_after_the_space_a_number_would_follow
         {k: v for k, v in asdict(spaced.number).items() if k != "after"}
     assert [c.token_id for c in word.candidates] != [c.token_id for c in spaced.candidates]
     assert predict_next(tiny_model, tokenizer, "It costs $", top_k=1).number.after == ""
+    assert predict_next(tiny_model, tokenizer, "The total is:", top_k=1).number.after == " "
+    assert predict_next(tiny_model, tokenizer, "今天的温度是", top_k=1).number.after == ""
+
+
+@pytest.mark.parametrize("text, written", [
+    ("The total is:", "The total is: 25"), ("x =", "x = 25"), ("sold", "sold 25"), ("Scores: 7,", "Scores: 7, 25"),
+    ("It costs $", "It costs $25"), ("(", "(25"), ("今天的温度是", "今天的温度是25"), ("温度：", "温度：25"),
+    ("온도는", "온도는 25"), ("Total: ", "Total: 25"),
+])
+def test_a_number_follows_a_space_where_such_text_writes_one(tokenizer, text, written):
+    """`space_before_number` against the tokenizer: where the number is written after a space, the text's own
+    tokens are followed by a ' ' token and then <NUM>; elsewhere <NUM> follows the text's tokens directly."""
+    from causal_qwen.evaluation.predict import space_before_number
+
+    encoded = tokenizer([written])
+    ids, values = encoded["input_ids"][0].tolist(), encoded["numeric_values"][0].tolist()
+    last = len(ids) - 1 - ids[::-1].index(tokenizer.num_token_id)  # the number written after the text
+    assert tokenizer.decode(ids[:last], numeric_values=values[:last]) == text + (" " if space_before_number(text) else "")
+    assert space_before_number(text) == (written[len(text)] == " ")
 
 
 def test_predict_next_reads_numbers(tiny_model, tokenizer):

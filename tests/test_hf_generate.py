@@ -129,6 +129,14 @@ def test_generate_refuses_what_it_cannot_do():
         model.generate(input_ids=ids, mode="greedy")
     with pytest.raises(ValueError, match="do_sample applies to mode 'traditional' only"):
         model.generate(input_ids=ids, mode="standard", do_sample=True)
+    with pytest.raises(ValueError, match=r"do_sample applies to mode 'traditional' only \(mode 'causal' decides by "
+                                         r"its individuals: seed and causal_temperature set them\)"):
+        model.generate(input_ids=ids, mode="causal", do_sample=True)
+    with pytest.raises(ValueError, match=r"temperature, top_p only apply to mode 'traditional', the softmax's sampling "
+                                         r"\(mode 'causal' decides by its individuals"):
+        model.generate(input_ids=ids, mode="causal", seed=1, temperature=1e-6, top_p=0.5)
+    with pytest.raises(ValueError, match=r"top_k only applies to mode 'traditional'.*\(mode 'standard' decides by OvR"):
+        model.generate(input_ids=ids, mode="standard", top_k=1)
     with pytest.raises(ValueError, match="only apply to mode 'causal'"):
         model.generate(input_ids=ids, mode="standard", individual=torch.full((3, 32), 0.5))
     with pytest.raises(ValueError, match="num_beams=2: .* decode greedily"):

@@ -344,6 +344,9 @@ def test_training_target_equals_the_csv_value_to_full_precision(numeric, tmp_pat
         (6.479088, 15.0, 1, "6.5"),  # never fewer decimals than the training data wrote
         (6.479088, 1.5, 2, "6.48"),
         (2.5e20, 1e18, None, "2.500e+20"),  # resolution 1e17
+        (4.89e-6, 2.2e-6, None, "0.0000049"),
+        (3.2e-7, 1e-9, None, "3.200e-07"),  # below 1e-6: an exponent, not six zeros after the point
+        (1e-30, 1e-31, None, "1.00e-30"),
         (6.479088, float("nan"), None, "6.479088"),  # no scale (causal mode): every digit
         (6.479088, None, None, "6.479088"),
     ],

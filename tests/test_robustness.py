@@ -791,3 +791,15 @@ def test_an_option_out_of_range_is_named_by_its_flag_before_any_model_loads(argv
     assert exit.value.code == 2
     error = capsys.readouterr().err
     assert expected in error and "no_such_model_folder" not in error
+    assert len(error.strip().splitlines()) == 1, error  # one line, not argparse's usage block above it
+
+
+def test_a_prompt_read_as_an_option_is_explained_in_one_line(capsys):
+    from causal_qwen.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit:
+        cli_main(["generate", "--model", "no_such_model_folder", "-3.5e2"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "causal-qwen generate: error: the following arguments are required: PROMPT; a prompt that starts with '-' "
+        "goes after '--' (causal-qwen generate ... -- -3.5e2) (--help lists the options)"]

@@ -52,7 +52,8 @@ def register(subparsers) -> None:
                         "base's, kept at conversion) and print the reply")
     parser.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system message first")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of streaming text")
-    parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt(s), generated as one left-padded batch")
+    parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt(s), generated as one left-padded batch (one that starts "
+                        "with '-', such as -3.5e2, goes after '--')")
     parser.set_defaults(func=run)
 
 

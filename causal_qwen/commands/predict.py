@@ -21,7 +21,8 @@ def register(subparsers) -> None:
     add_model_arguments(parser)
     parser.add_argument("--top-k", type=positive_int, default=10, help="candidates to show (default 10)")
     parser.add_argument("--json", action="store_true", help="print the view as JSON")
-    parser.add_argument("text", metavar="TEXT", help="the text whose next step to show")
+    parser.add_argument("text", metavar="TEXT", help="the text whose next step to show (one that starts with '-' goes "
+                        "after '--')")
     parser.set_defaults(func=run)
 
 
@@ -52,7 +53,7 @@ def format_view(view) -> str:
         )
     n = view.number
     if n.after:
-        lines.append(f"(a number after a word or a number follows its own {n.after!r} token: the <NUM> line is "
+        lines.append(f"(a number after this text follows its own {n.after!r} token: the <NUM> line is "
                      f"read after the text + {n.after!r})")
     lines.append(
         f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "

@@ -40,6 +40,9 @@ from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbeddin
 
 logger = logging.getLogger(__name__)
 
+SOFTMAX_SAMPLING = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+"""`generate` options that shape the softmax's sampling: traditional mode's alone."""
+
 
 @dataclass
 class CausalQwenOutput(ModelOutput):
@@ -506,9 +509,16 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             if value not in (None, 1):
                 raise ValueError(f"{name}={value!r}: CausalQwen's generate makes one sequence per prompt; {hint}")
         if mode != "traditional":
+            how = "decides by OvR argmax" if mode == "standard" else \
+                "decides by its individuals: seed and causal_temperature set them"
             sampled = kwargs.get("do_sample", getattr(generation_config, "do_sample", None))
             if sampled and ("do_sample" in kwargs or generation_config is not None):
-                raise ValueError(f"do_sample applies to mode 'traditional' only; mode {mode!r} is deterministic")
+                raise ValueError(f"do_sample applies to mode 'traditional' only (mode {mode!r} {how})")
+            given = [name for name in SOFTMAX_SAMPLING if kwargs.get(name) is not None]  # this call's, not a config's
+            if given:
+                verb = "applies" if len(given) == 1 else "apply"
+                raise ValueError(f"{', '.join(given)} only {verb} to mode 'traditional', the softmax's sampling (mode "
+                                 f"{mode!r} {how})")
             if generation_config is not None and "do_sample" not in kwargs:
                 generation_config = copy.deepcopy(generation_config)
                 generation_config.do_sample = False

@@ -102,6 +102,7 @@ __all__ = [
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 MAX_INTEGER_DIGITS = 15
+MAX_LEADING_ZEROS = 6  # a prediction below 1e-6 is written with an exponent (4.9e-06), not as 0.0000049
 
 _SIGNS = "-\u2212"
 _SIGN_CONTEXT = frozenset("([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001")
@@ -584,8 +585,9 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
     The 50% interval is ``median ± h`` with ``h = scale·tan(π/4) = scale``; the median is rounded to two
     significant digits of ``h``: to a multiple of ``10^(⌊log10 h⌋ − 1)``. So ``median 6.479088, scale 1.5``
     is written ``6.5`` and ``scale 0.015`` gives ``6.479``. ``min_decimals`` (the decimals the training data
-    wrote for that field, when known) is a floor: never fewer decimals than that. Without a usable scale
-    (None, NaN, 0 or inf) the median is written by :func:`format_number`.
+    wrote for that field, when known) is a floor: never fewer decimals than that. A number of more than 15
+    integer digits or below ``1e-6`` is written with an exponent (``4.9e-06``). Without a usable scale (None, NaN,
+    0 or inf) the median is written by :func:`format_number`.
     """
     median = float(median)
     if not math.isfinite(median):
@@ -606,7 +608,7 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
         written = format(Decimal(round(median / step)) * Decimal(10) ** step_exponent, "f")
     if float(written) == 0.0:
         written = written.lstrip("-")
-    if abs(float(written)) >= 10.0**MAX_INTEGER_DIGITS:
+    if abs(float(written)) >= 10.0**MAX_INTEGER_DIGITS or 0.0 < abs(float(written)) < 10.0**-MAX_LEADING_ZEROS:
         significant = max(1, math.floor(math.log10(abs(median))) - step_exponent + 1)
         written = f"{median:.{significant - 1}e}"
     return written

@@ -676,8 +676,25 @@ def evaluate_documents(
         )
     evaluation.target = TargetNumbers.from_documents(documents, target)
     if bits and language:
-        evaluation.bits = text_bits(model, tokenizer, [doc.text for doc in documents], batch_size=batch_size)
+        whole = texts_within_positions(model, tokenizer, [doc.text for doc in documents])
+        evaluation.bits = text_bits(model, tokenizer, whole, batch_size=batch_size) if whole else None
     return evaluation
+
+
+def texts_within_positions(model, tokenizer, texts: list[str]) -> list[str]:
+    """The ``texts`` whose tokens fit the model's positions (all when the config names no limit): bits per byte
+    read each text whole, so a longer one is left out of them, with a warning (the other metrics read it cut at
+    ``max_length``)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return texts
+    lengths = [int(tokenizer([text])["attention_mask"].sum()) for text in texts]  # tokens, as text_bits reads them
+    kept = [text for text, length in zip(texts, lengths) if length <= limit]
+    if len(kept) < len(texts):
+        logger.warning("bits per byte leave out %d of %d texts longer than the model's %s positions (they read each "
+                       "text whole; the other metrics read them cut at max_length)%s", len(texts) - len(kept),
+                       len(texts), f"{limit:,}", "" if kept else ": no bits per byte")
+    return kept
 
 
 def evaluate_data(
@@ -820,7 +837,7 @@ def _check_within_positions(model, lengths: Tensor, first: int) -> None:
     if longest > limit:
         index = first + int(lengths.argmax())
         raise ValueError(f"text {index} is {longest:,} tokens long, more than the model's {limit:,} positions; "
-                         "bits per byte read each text whole: split it (e.g. --text-unit line)")
+                         "bits per byte read each text whole: split it into shorter texts")
 
 
 @torch.no_grad()  # no autograd graph of the whole pass (and no warning from float() of a tensor that has one)

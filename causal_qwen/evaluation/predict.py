@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -158,13 +159,31 @@ def next_step_view(
     )
 
 
+_WRITTEN_WITHOUT_SPACES = ("CJK ", "IDEOGRAPHIC ", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "BOPOMOFO", "YI ",
+                           "THAI ", "LAO ", "KHMER ", "MYANMAR ", "TIBETAN ", "FULLWIDTH ")
+"""Unicode names of the scripts (and full-width forms) whose text puts no space between a word and a number
+(``温度是25度``); Korean does (``온도는 25도``)."""
+
+
+def space_before_number(text: str) -> bool:
+    """Whether a number written right after ``text`` would come after a space: after a word, a number or closing
+    and separating punctuation (``sold``, ``24``, ``Total:``, ``x =``, ``3,``), but not after a space already
+    there, an opening bracket or quote, a currency sign or ``#`` (``(``, ``“``, ``$``, ``#``), nor after a script
+    written without spaces (``温度是``, ``温度：``)."""
+    last = text[-1]
+    if last.isspace() or last == "#" or unicodedata.category(last) in ("Ps", "Pi", "Sc"):
+        return False
+    return not unicodedata.name(last, "").startswith(_WRITTEN_WITHOUT_SPACES)
+
+
 def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
     """`next_step_view` after ``text`` tokenized by the `NumericTokenizer` (numbers read as values).
 
     A number written after a word has a token of its own before it, the space (``"sold 24.3"`` reads ``' sold'``,
-    ``' '``, ``<NUM>``), so right after a text ending in a letter or digit the model predicts that space, not the
-    number, and its number forecast there was never trained. For such a text the ``<NUM>`` forecast is read one
-    token on, after ``text + " "`` (``number.after == " "``); the candidates stay those right after ``text``."""
+    ``' '``, ``<NUM>``; ``"Total: 5"`` reads ``':'``, ``' '``, ``<NUM>``), so right after such a text the model
+    predicts that space, not the number, and its number forecast there was never trained. Where a number would
+    follow a space (`space_before_number`) the ``<NUM>`` forecast is read one token on, after ``text + " "``
+    (``number.after == " "``); the candidates stay those right after ``text``."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     if text == "":
@@ -187,7 +206,7 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
     min_decimals = getattr(tokenizer, "number_min_decimals", None)
     view = next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
                           min_decimals=min_decimals)
-    spaced = tokenizer([text + " "], return_tensors="pt") if text[-1].isalnum() else None
+    spaced = tokenizer([text + " "], return_tensors="pt") if space_before_number(text) else None
     if spaced is not None and (not isinstance(limit, int) or spaced["input_ids"].shape[1] <= limit):
         after_space = next_step_view(model, spaced["input_ids"].to(device), spaced["numeric_values"].to(device),
                                      top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals)
