@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from . import __version__
@@ -30,11 +31,18 @@ class OneLineErrors(argparse.ArgumentParser):
     """argparse's parser with its usage errors in one line on stderr (exit status 2), as every other error of the
     command line, instead of the usage block above the message."""
 
+    arguments: list[str] = []  # the command line being parsed (`main` sets it), for the hint below
+
     def error(self, message: str):
+        command = next((word for word in self.arguments if word in PROMPT_COMMANDS), None)
         hint = ""
-        if "PROMPT" in message or "TEXT" in message or "unrecognized arguments: -" in message:
-            hint = "; a prompt that starts with '-' goes after '--' (causal-qwen generate ... -- -3.5e2)"
+        if command is not None and any(_NEGATIVE_NUMBER.fullmatch(word) for word in self.arguments):
+            hint = f"; a prompt that starts with '-' goes after '--' (causal-qwen {command} ... -- -3.5e2)"
         self.exit(2, f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
+
+
+PROMPT_COMMANDS = ("generate", "predict")
+_NEGATIVE_NUMBER = re.compile(r"-[\d.][\d.,eE+-]*")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    OneLineErrors.arguments = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

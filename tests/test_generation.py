@@ -519,7 +519,8 @@ def test_predict_reads_the_number_forecast_after_the_space_a_number_would_follow
 @pytest.mark.parametrize("text, written", [
     ("The total is:", "The total is: 25"), ("x =", "x = 25"), ("sold", "sold 25"), ("Scores: 7,", "Scores: 7, 25"),
     ("It costs $", "It costs $25"), ("(", "(25"), ("今天的温度是", "今天的温度是25"), ("温度：", "温度：25"),
-    ("온도는", "온도는 25"), ("Total: ", "Total: 25"),
+    ("온도는", "온도는 25"), ("Total: ", "Total: 25"), ("from 10-", "from 10-20"), ("about ~", "about ~25"),
+    ("溫度為-", "溫度為-5"),
 ])
 def test_a_number_follows_a_space_where_such_text_writes_one(tokenizer, text, written):
     """`space_before_number` against the tokenizer: where the number is written after a space, the text's own

@@ -803,3 +803,7 @@ def test_a_prompt_read_as_an_option_is_explained_in_one_line(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "causal-qwen generate: error: the following arguments are required: PROMPT; a prompt that starts with '-' "
         "goes after '--' (causal-qwen generate ... -- -3.5e2) (--help lists the options)"]
+    with pytest.raises(SystemExit):
+        cli_main(["train", "config.yaml", "--bogus"])  # an unknown option elsewhere gets no prompt hint
+    assert capsys.readouterr().err.splitlines() == [
+        "causal-qwen: error: unrecognized arguments: --bogus (--help lists the options)"]

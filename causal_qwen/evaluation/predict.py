@@ -165,13 +165,16 @@ _WRITTEN_WITHOUT_SPACES = ("CJK ", "IDEOGRAPHIC ", "HIRAGANA", "KATAKANA", "HALF
 (``温度是25度``); Korean does (``온도는 25도``)."""
 
 
+_BINDS_TO_A_NUMBER = "#+±~≈^/\"'\u2212"  # ~25, ±0.5, 1/4, "25": signs and quotes written against the number
+
+
 def space_before_number(text: str) -> bool:
     """Whether a number written right after ``text`` would come after a space: after a word, a number or closing
     and separating punctuation (``sold``, ``24``, ``Total:``, ``x =``, ``3,``), but not after a space already
-    there, an opening bracket or quote, a currency sign or ``#`` (``(``, ``“``, ``$``, ``#``), nor after a script
-    written without spaces (``温度是``, ``温度：``)."""
+    there, an opening bracket or quote, a currency sign, a dash or a sign that binds to the number (``(``, ``“``,
+    ``"``, ``$``, ``10-``, ``±``, ``~``, ``#``), nor after a script written without spaces (``温度是``, ``温度：``)."""
     last = text[-1]
-    if last.isspace() or last == "#" or unicodedata.category(last) in ("Ps", "Pi", "Sc"):
+    if last.isspace() or last in _BINDS_TO_A_NUMBER or unicodedata.category(last) in ("Ps", "Pi", "Pd", "Sc"):
         return False
     return not unicodedata.name(last, "").startswith(_WRITTEN_WITHOUT_SPACES)
 

@@ -883,8 +883,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     train_docs = out_of_fold_order(config, train_docs)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
-    if config.target is not None:  # the saved tokenizer writes a forecast of the target with its decimals
-        tokenizer.number_min_decimals = target_decimals([*train_docs, *check_docs])
+    # the saved tokenizer writes a forecast of the target with its decimals (and forgets an earlier run's target)
+    tokenizer.number_min_decimals = target_decimals([*train_docs, *check_docs]) if config.target is not None else None
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
@@ -933,12 +933,13 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
             save_warm_start(output_dir, warm)
     if not fresh_start:
         warm = load_warm_start(output_dir)
-    trainer.regression_rate_cap = regression_rate_cap(warm)
+    trainer.regression_rate_cap = regression_rate_cap(warm)  # a resumed run's optimizer state keeps its own rates
     wanted = _default(config.regression_learning_rate, config.learning_rate)
-    if trainer.regression_rate_cap is not None and trainer.regression_rate_cap < wanted and _is_main_process():
+    capped = trainer.regression_rate_cap is not None and trainer.regression_rate_cap < wanted
+    if fresh_start and capped and _is_main_process():
         tell(f"regression head's learning rate {trainer.regression_rate_cap:.3g} instead of {wanted:g}: "
              f"{REGRESSION_STEP_SHARE:g} of the numbers' out-of-fold error {warm.out_of_fold_mdae:.3g}, so that a "
-             "step cannot move the read-out by more than a share of the numbers' own size", report)
+             "step moves the read-out's bias by at most that share of the numbers' typical error", report)
     trainer.accelerator.wait_for_everyone()
     if plan.final_from is not None:  # the last step was reached and saved, final/ was not written
         if trainer.is_world_process_zero():  # a kill between publishing it and rotating may have left one more
