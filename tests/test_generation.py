@@ -534,6 +534,22 @@ def test_a_number_follows_a_space_where_such_text_writes_one(tokenizer, text, wr
     assert space_before_number(text) == (written[len(text)] == " ")
 
 
+def test_predict_cuts_the_intervals_at_the_fields_least_value(tiny_model, tokenizer):
+    """``number_lower_bound`` (train sets 0 for a target never negative): no interval end lies below it."""
+    import copy
+
+    free = predict_next(tiny_model, tokenizer, "It sold", top_k=1).number
+    bounded_tokenizer = copy.deepcopy(tokenizer)
+    bound = free.interval_90[0] + 0.25 * (free.interval_90[1] - free.interval_90[0])  # inside the 90% interval
+    bounded_tokenizer.number_lower_bound = bound
+    bounded = predict_next(tiny_model, bounded_tokenizer, "It sold", top_k=1).number
+    assert bounded.interval_90 == (bound, free.interval_90[1])
+    assert bounded.interval_50 == tuple(max(end, bound) for end in free.interval_50)
+    assert (bounded.median, bounded.scale, bounded.text) == (free.median, free.scale, free.text)
+    with pytest.raises(ValueError, match="number_lower_bound must be a finite number or None"):
+        type(tokenizer)(number_lower_bound=float("nan"))
+
+
 def test_predict_next_reads_numbers(tiny_model, tokenizer):
     view = predict_next(tiny_model, tokenizer, "It costs 99.99 dollars and", top_k=3)
     assert len(view.candidates) == 3 and view.number.token_id == tiny_model.config.num_token_id

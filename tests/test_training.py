@@ -269,7 +269,9 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     assert decimals_written(written) == 1  # 24 values such as 9.5 or 3.0, 24 such as 9.25: a tie goes to fewer
     saved = NumericTokenizer.from_pretrained(str(targeted.final_dir))
     assert saved.number_min_decimals == 1  # a forecast of the target is written as the table writes it
-    assert NumericTokenizer.from_pretrained(str(result.final_dir)).number_min_decimals is None  # no target named
+    assert saved.number_lower_bound == 0.0  # every value is >= 0: predict's intervals stop at 0
+    untargeted = NumericTokenizer.from_pretrained(str(result.final_dir))
+    assert untargeted.number_min_decimals is None and untargeted.number_lower_bound is None  # no target named
     target_weight, target_bias = ridge_fit(features[scored], values[scored], 1e-3)  # the fit reads the targets alone
     torch.testing.assert_close(kept.action.regression_head.weight[0].double(), target_weight, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(kept.action.regression_head.bias[0].double(), target_bias, rtol=1e-4, atol=1e-6)

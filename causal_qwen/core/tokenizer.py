@@ -174,6 +174,9 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             French, ... text); default ``False``: English conventions (docs/number_grammar.md).
         number_min_decimals: the fewest decimals a generated number is printed with (the decimals the
             training data wrote, when known; :func:`causal_qwen.core.numbers.format_prediction`).
+        number_lower_bound: the least value the trained field takes, when known (``train`` sets 0 for a target
+            never negative in its training rows): ``predict`` cuts its intervals there, which changes no
+            interval's coverage of such numbers.
 
     Attributes:
         num_token_id: id of ``<NUM>``.
@@ -197,6 +200,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         *,
         decimal_comma: bool = False,
         number_min_decimals: int | None = None,
+        number_lower_bound: float | None = None,
         **kwargs: Any,
     ) -> None:
         if model_vocab_size is not None and (
@@ -209,6 +213,11 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             isinstance(number_min_decimals, bool) or not isinstance(number_min_decimals, int) or number_min_decimals < 0
         ):
             raise ValueError(f"number_min_decimals must be a non-negative int or None, got {number_min_decimals!r}")
+        if number_lower_bound is not None and (
+            isinstance(number_lower_bound, bool) or not isinstance(number_lower_bound, (int, float))
+            or not math.isfinite(number_lower_bound)
+        ):
+            raise ValueError(f"number_lower_bound must be a finite number or None, got {number_lower_bound!r}")
         _check_side(padding_side)
         if tokenizer is not None:
             if not isinstance(tokenizer, PreTrainedTokenizerBase):
@@ -219,11 +228,13 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             model_vocab_size=model_vocab_size,
             decimal_comma=decimal_comma,
             number_min_decimals=number_min_decimals,
+            number_lower_bound=number_lower_bound,
             **kwargs,
         )
         self.model_vocab_size = model_vocab_size
         self.decimal_comma = decimal_comma
         self.number_min_decimals = number_min_decimals
+        self.number_lower_bound = number_lower_bound
         if self.pad_token is None and self.pad_token_id is not None:  # Hugging Face's padding reads pad_token
             self.pad_token = self.convert_ids_to_tokens(self.pad_token_id)
         self.num_token_id, self.num_token_origin = _place_num_token(self)
@@ -285,7 +296,8 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             return tokenizer
         if gguf_file is not None:
             kwargs["gguf_file"] = gguf_file
-        own = {key: kwargs.pop(key) for key in ("decimal_comma", "number_min_decimals") if key in kwargs}
+        own = {key: kwargs.pop(key) for key in ("decimal_comma", "number_min_decimals", "number_lower_bound")
+               if key in kwargs}
         base = AutoTokenizer.from_pretrained(name_or_path, *inputs, **kwargs)
         if model_vocab_size is None and gguf_file is not None:
             model_vocab_size = len(base)  # a GGUF tokenizer lists every row of the model
@@ -299,7 +311,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         Qwen2.5 model). A few seconds the very first time (merges derived and cached on disk), 1-2 s in
         a new process; after that a copy of the one built before with the same options (about half a
         second: every call returns a tokenizer of its own). ``kwargs``: ``decimal_comma``,
-        ``number_min_decimals``."""
+        ``number_min_decimals``, ``number_lower_bound``."""
         key = (cls, padding_side, repr(sorted(kwargs.items())))
         if key not in _DEFAULTS_BUILT:
             _DEFAULTS_BUILT[key] = cls(

@@ -93,9 +93,11 @@ def next_step_view(
     token_text: Callable[[int], str] | None = None,
     text: str = "",
     min_decimals: int | None = None,
+    lower_bound: float | None = None,
 ) -> NextStepView:
     """The view after ``input_ids`` (P,) or (1,P) (one sequence, no padding); ``token_text(id)`` names ids;
-    ``min_decimals``: the fewest decimals the number's ``text`` is written with."""
+    ``min_decimals``: the fewest decimals the number's ``text`` is written with; ``lower_bound``: the least value
+    the number takes (the tokenizer's ``number_lower_bound``), where its intervals are cut."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
     if not isinstance(input_ids, Tensor):
@@ -136,7 +138,8 @@ def next_step_view(
     num_id = int(model.config.num_token_id)
     loc = torch.tensor(loc_Y, dtype=torch.float64)
     width = torch.tensor(scale_Y, dtype=torch.float64)
-    intervals = {q: tuple(float(x) for x in cauchy.central_interval(loc, width, q)) for q in (0.5, 0.9)}
+    floor = -math.inf if lower_bound is None else lower_bound  # the field's least value: no interval reaches below
+    intervals = {q: tuple(max(float(x), floor) for x in cauchy.central_interval(loc, width, q)) for q in (0.5, 0.9)}
     number = NumberForecast(
         token_id=num_id,
         ovr_probability=float(probability[num_id]),
@@ -207,11 +210,13 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
         return tokenizer.decode([token], skip_special_tokens=False)
 
     min_decimals = getattr(tokenizer, "number_min_decimals", None)
+    lower_bound = getattr(tokenizer, "number_lower_bound", None)
     view = next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
-                          min_decimals=min_decimals)
+                          min_decimals=min_decimals, lower_bound=lower_bound)
     spaced = tokenizer([text + " "], return_tensors="pt") if space_before_number(text) else None
     if spaced is not None and (not isinstance(limit, int) or spaced["input_ids"].shape[1] <= limit):
         after_space = next_step_view(model, spaced["input_ids"].to(device), spaced["numeric_values"].to(device),
-                                     top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals)
+                                     top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals,
+                                     lower_bound=lower_bound)
         view.number = replace(after_space.number, after=" ")
     return view

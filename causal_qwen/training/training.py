@@ -883,8 +883,11 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     train_docs = out_of_fold_order(config, train_docs)
     set_seed(config.seed)
     model, tokenizer = build_model_and_tokenizer(config)
-    # the saved tokenizer writes a forecast of the target with its decimals (and forgets an earlier run's target)
-    tokenizer.number_min_decimals = target_decimals([*train_docs, *check_docs]) if config.target is not None else None
+    # the saved tokenizer writes a forecast of the target with its decimals, and predict cuts its intervals at 0
+    # for a target never negative (an earlier run's target is forgotten)
+    targets = [*train_docs, *check_docs] if config.target is not None else []
+    tokenizer.number_min_decimals = target_decimals(targets) if targets else None
+    tokenizer.number_lower_bound = 0.0 if targets and all(doc.target_value is None or doc.target_value >= 0 for doc in targets) else None
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
