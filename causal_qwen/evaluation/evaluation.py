@@ -688,7 +688,7 @@ def texts_within_positions(model, tokenizer, texts: list[str]) -> list[str]:
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is None:
         return texts
-    lengths = [int(tokenizer([text])["attention_mask"].sum()) for text in texts]  # tokens, as text_bits reads them
+    lengths = tokenizer(texts, padding=True)["attention_mask"].sum(dim=1).tolist()  # tokens, as text_bits reads them
     kept = [text for text, length in zip(texts, lengths) if length <= limit]
     if len(kept) < len(texts):
         logger.warning("bits per byte leave out %d of %d texts longer than the model's %s positions (they read each "

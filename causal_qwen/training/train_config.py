@@ -242,7 +242,7 @@ class TrainConfig:
         for key in ("learning_rate", "regression_learning_rate", "backbone_learning_rate", "numeric_embedding_learning_rate",
                     "lora_learning_rate"):
             value = getattr(self, key)
-            need(value is None or (math.isfinite(value) and value >= 0), key, "must be >= 0")
+            need(value is None or value >= 0, key, "must be >= 0")  # finite: checked above
         need(self.warmup_steps >= 0 and (self.warmup_steps < 1 or float(self.warmup_steps).is_integer()),
              "warmup_steps", "must be a whole number of steps or a fraction of the run in [0, 1)")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")

@@ -862,6 +862,13 @@ def target_decimals(docs: Sequence[data_module.Document]) -> int | None:
     return decimals_written(written)
 
 
+def target_lower_bound(docs: Sequence[data_module.Document]) -> float | None:
+    """0 when every document's target is at least 0 (``predict`` cuts its intervals there), else None (also
+    without targets)."""
+    values = [doc.target_value for doc in docs if doc.target_value is not None]
+    return 0.0 if values and min(values) >= 0 else None
+
+
 def check_target_varies(config: TrainConfig, train_docs: Sequence[data_module.Document]) -> None:
     """``ValueError`` when the config's ``target`` takes one value in every training row: there is no spread to
     learn, and a Cauchy of scale 0 has no density (the first step's loss would be nan)."""
@@ -886,8 +893,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     # the saved tokenizer writes a forecast of the target with its decimals, and predict cuts its intervals at 0
     # for a target never negative (an earlier run's target is forgotten)
     targets = [*train_docs, *check_docs] if config.target is not None else []
-    tokenizer.number_min_decimals = target_decimals(targets) if targets else None
-    tokenizer.number_lower_bound = 0.0 if targets and all(doc.target_value is None or doc.target_value >= 0 for doc in targets) else None
+    tokenizer.number_min_decimals = target_decimals(targets)
+    tokenizer.number_lower_bound = target_lower_bound(targets)
     train_dataset, eval_dataset = tokenize_datasets(config, tokenizer, train_docs, valid_docs)
     if config.freeze_backbone:
         logger.info("froze %d backbone tensors", freeze_groups(model, ["backbone"]))
