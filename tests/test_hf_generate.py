@@ -145,6 +145,18 @@ def test_generate_refuses_what_it_cannot_do():
         model.generate(input_ids=ids, do_sample=True, num_return_sequences=3)
 
 
+def test_generate_gives_the_prompts_numbers_back_as_they_came():
+    """The tokenizer's values are float64: 16777217 and 1,234,567.89 came back from float32 as 16777216 and
+    1234567.875, and a decode without the prompt's strings wrote those."""
+    model = perturbed_model()
+    ids = torch.tensor([[5, SMALL_NUM_ID, 7, SMALL_NUM_ID]])
+    values = torch.tensor([[0.0, 16777217.0, 0.0, 1234567.89]], dtype=torch.float64)
+    for mode in MODES:
+        out = model.generate(ids, numeric_values=values, mode=mode, max_new_tokens=2, do_sample=False, seed=1,
+                             pad_token_id=0, return_dict_in_generate=True)
+        assert out.numeric_values[:, :4].tolist() == values.tolist(), mode
+
+
 def test_model_generate_on_the_tiny_preset():
     """The real vocabulary size (151,936 rows), the default (calibrated) conversion, a left-padded batch."""
     model = from_qwen("random:tiny")

@@ -184,6 +184,15 @@ print(json.dumps({{
     torch.testing.assert_close(torch.tensor(report["loc_Y"]), expected.loc_Y, rtol=1e-6, atol=1e-6)
 
 
+def test_from_pretrained_of_a_plain_qwen2_folder_says_to_convert_it(tmp_path):
+    """Before, the folder loaded with a warning and random heads and thresholds (a model that writes noise)."""
+    small_qwen(tied=False).save_pretrained(tmp_path)
+    for load in (CausalQwenForCausalLM.from_pretrained, CausalQwenConfig.from_pretrained):
+        with pytest.raises(ValueError, match=r"holds a 'qwen2' model, not a CausalQwen one \(convert it first: "
+                                             r"causal_qwen.from_qwen\(path\)"):
+            load(tmp_path)
+
+
 # ---- one config object, the seed (item 7) --------------------------------------------------------------
 def test_a_converted_model_has_one_config_object():
     model = convert(ovr_calibration="none")

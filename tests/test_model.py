@@ -243,6 +243,26 @@ class TestBadInput:
             self.model(self.ids, numeric_values=torch.zeros(1, 5))
             self.model(torch.where(self.ids == SMALL_NUM_ID, 0, self.ids))  # no <NUM>: nothing to say
 
+    def test_inputs_embeds_carry_the_numbers(self):
+        """``numeric_values`` beside ``inputs_embeds`` were dropped without a word (and ``input_ids`` beside them)."""
+        values = torch.zeros(1, 5)
+        values[0, 2] = 12.5
+        embeds = self.model.embed(self.ids, values)
+        with torch.no_grad():
+            torch.testing.assert_close(self.model(inputs_embeds=embeds).loc_S, self.model(self.ids, values).loc_S,
+                                       rtol=0, atol=0)
+        with pytest.raises(ValueError, match="numeric_values enter through the embedding, which inputs_embeds replace"):
+            self.model(inputs_embeds=self.model.embed(self.ids, None), numeric_values=values)
+        with pytest.raises(ValueError, match="input_ids or inputs_embeds, not both"):
+            self.model(self.ids, inputs_embeds=embeds)
+        assert int(self.model(inputs_embeds=embeds, numeric_values=values, labels=self.ids).num_targets) == 1
+        with pytest.raises(ValueError, match="not as inputs_embeds"):
+            self.model.generate(inputs_embeds=embeds, mode="standard", max_new_tokens=1)
+
+    def test_generate_names_an_empty_batch(self):
+        with pytest.raises(ValueError, match=r"at least one prompt, got input_ids of shape \(0, 5\)"):
+            self.model.generate(torch.zeros(0, 5, dtype=torch.long), mode="standard", max_new_tokens=1)
+
     def test_numeric_values_wrong_type(self):
         with pytest.raises(TypeError, match="numeric_values must be a torch.Tensor"):
             self.model(self.ids, numeric_values=[0.0] * 5)

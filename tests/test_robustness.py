@@ -646,6 +646,20 @@ def test_a_checkpoint_loads_as_a_model_folder_and_a_broken_folder_is_named(asset
     assert "its config.json names no model_type" in cli_error(capsys, "predict", "--model", str(edited), "day 3")
 
 
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_damaged_tokenizer_file_is_a_one_line_error_naming_it(assets, tmp_path, capsys, name):
+    """A truncated tokenizer.json ended in the tokenizers parser's traceback (``Exception: EOF while parsing``), a
+    truncated tokenizer_config.json in a line that named no file."""
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(assets / "converted", folder)
+    data = (folder / name).read_bytes()
+    (folder / name).write_bytes(data[: len(data) // 2])
+    line = cli_error(capsys, "predict", "--model", str(folder), "day 3")
+    assert f"tokenizer file '{folder / name}' is damaged" in line
+
+
 def test_a_file_that_is_no_base_is_named(tmp_path, capsys):
     table = tmp_path / "table.csv"
     table.write_text("a,b\n1,2\n", encoding="utf-8")

@@ -546,6 +546,21 @@ def test_save_and_load_round_trip(numeric: NumericTokenizer, tmp_path) -> None:
     assert loaded(text)["input_ids"].tolist() == numeric(text)["input_ids"].tolist()
 
 
+def test_a_saved_folder_without_its_tokenizer_config_loads_from_tokenizer_json(numeric: NumericTokenizer, tmp_path) -> None:
+    """A model folder that lost ``tokenizer_config.json``: beside its CausalQwen config AutoTokenizer would pick
+    `NumericTokenizer` again (a RecursionError); ``tokenizer.json`` alone, which holds ``<NUM>``, loads instead."""
+    from causal_qwen import CausalQwenConfig
+
+    numeric.save_pretrained(tmp_path)
+    CausalQwenConfig(vocab_size=QWEN25_MODEL_VOCAB_SIZE, hidden_size=8, num_attention_heads=2).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").unlink()
+    loaded = NumericTokenizer.from_pretrained(tmp_path)
+    assert loaded.num_token_id == NUM_ID and loaded.num_token_origin == "existing"
+    assert loaded.model_vocab_size == QWEN25_MODEL_VOCAB_SIZE and len(loaded) == len(numeric)
+    text = "The item costs 1,299.99 dollars."
+    assert loaded(text)["input_ids"].tolist() == numeric(text)["input_ids"].tolist()
+
+
 def test_saved_config_lists_the_added_tokens(tmp_path) -> None:
     """``tokenizer_config.json`` carries ``added_tokens_decoder`` (so loading need not parse tokenizer.json in
     Python), and a token a user added comes back with its id and settings."""

@@ -87,7 +87,6 @@ def load_model_and_tokenizer(
     device, dtype: as `resolve_device_and_dtype` takes them; both ``None`` (the default): where and as
     ``from_pretrained`` / the conversion put the model (the CPU; the stored dtype).
     """
-    from ..core.tokenizer import NumericTokenizer
 
     if (model_dir is None) == (base is None):
         raise ValueError("give exactly one of a model folder (--model) or a base (--base)")
@@ -100,8 +99,27 @@ def load_model_and_tokenizer(
         if not holds_tokenizer(Path(model_dir)):
             raise ValueError(f"model folder {str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): "
                              "use a folder written by convert or train (final/), or save the tokenizer there")
-        return model.eval(), NumericTokenizer.from_pretrained(model_dir)
+        return model.eval(), load_saved_tokenizer(Path(model_dir))
     return convert_base(base, gguf_file=gguf_file, **placement)
+
+
+def load_saved_tokenizer(folder: Path):
+    """`NumericTokenizer.from_pretrained` of a model folder; ``ValueError`` naming the file when one of its
+    tokenizer files is not valid JSON (a truncated copy: the Rust parser's error names neither file nor folder)."""
+    from ..core.tokenizer import NumericTokenizer
+
+    try:
+        return NumericTokenizer.from_pretrained(str(folder))
+    except Exception as error:  # tokenizers raises a plain Exception for a damaged tokenizer.json
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            file = folder / name
+            try:
+                if file.is_file():
+                    json.loads(file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as damage:
+                raise ValueError(f"tokenizer file {str(file)!r} is damaged ({_first_line(damage)}); write the model "
+                                 "again (convert, or train's final/)") from error
+        raise
 
 
 def load_causal_model(model_dir: str | os.PathLike, device=None, dtype=None, **overrides):

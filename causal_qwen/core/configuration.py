@@ -96,6 +96,21 @@ class CausalQwenConfig(Qwen2Config):
     number_scale_factor: float = 1.0
     converted_from: str | None = None
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """`PretrainedConfig.get_config_dict`, behind every ``from_pretrained``; ``ValueError`` for the config of
+        another kind of model. A plain Qwen2 checkpoint would otherwise load with a warning and random heads (and
+        thresholds of 100): it needs the conversion, which calibrates them."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        found = config_dict.get("model_type")
+        if found is not None and found != cls.model_type:
+            hint = ""
+            if found == "qwen2":
+                hint = " (convert it first: causal_qwen.from_qwen(path), or causal-qwen convert --base PATH --out DIR)"
+            raise ValueError(f"{str(pretrained_model_name_or_path)!r} holds a {found!r} model, not a CausalQwen "
+                             f"one{hint}")
+        return config_dict, kwargs
+
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         if self.causal_size is None:

@@ -264,7 +264,9 @@ class DecodingState:
         values = model._checked_numeric_values(input_ids, numeric_values)  # warns at a <NUM> without its value
         if values is None:
             values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B,P)
-        values = values.float()
+        # The prompt's numbers at the precision they came in (the tokenizer's float64: 16777217 and 1,234,567.89
+        # are not float32 numbers), at least float32; the output's numeric_values give them back as they were.
+        values = values.to(torch.promote_types(values.dtype, torch.float32))
         state = cls(mode=mode, num_token_id=int(model.config.num_token_id), values=values,
                     scales=torch.full_like(values, math.nan))
         if mode != "causal":

@@ -236,7 +236,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         """Run the backbone and the causal heads.
 
         ``numeric_values`` (B,S) holds each ``<NUM>``'s value and 0 elsewhere (None: all 0, i.e. no numbers:
-        ``phi(0) = 0``).
+        ``phi(0) = 0``). ``inputs_embeds`` (B,S,H), instead of ``input_ids``: ``e`` itself, numbers included
+        (`embed`); ``numeric_values`` then only give the labels' number targets.
         ``labels`` (B,S), unshifted, ``-100`` ignored: the loss of docs/design.md ("Losses") is returned with its
         parts. Without ``numeric_values`` the labels must not hold a ``<NUM>`` target (its value would be unknown).
         ``logits_to_keep``: as in Qwen, evaluate the heads on the last k positions only (0 = all).
@@ -308,6 +309,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 raise ValueError("forward needs input_ids or inputs_embeds")
             numeric_values = self._checked_numeric_values(input_ids, numeric_values)
             inputs_embeds = self.embed(input_ids, numeric_values)
+        elif input_ids is not None:
+            raise ValueError("give input_ids or inputs_embeds, not both")
+        elif numeric_values is not None and labels is None:  # they would change nothing
+            raise ValueError("numeric_values enter through the embedding, which inputs_embeds replace: give input_ids "
+                             "with numeric_values, or inputs_embeds=model.embed(input_ids, numeric_values) alone (with "
+                             "labels, numeric_values are the numbers' targets)")
         if labels is not None:
             numeric_values = self._regression_values(labels, numeric_values, inputs_embeds)
         if attention_mask is not None:
@@ -531,6 +538,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 generation_config.repetition_penalty = 1.0
             elif generation_config is None:
                 kwargs.setdefault("repetition_penalty", 1.0)
+        if kwargs.get("inputs_embeds") is not None:
+            raise ValueError("generate reads the prompt as input_ids with its numeric_values, not as inputs_embeds")
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         _check_prompts(input_ids, kwargs.get("attention_mask"))
         check_seed(seed)
@@ -589,11 +598,13 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
 
 
 def _check_prompts(input_ids: object, attention_mask: object) -> None:
-    """``ValueError`` unless ``input_ids`` is (B,P) with ``P ≥ 1`` and no row of ``attention_mask`` is all 0 (a
-    prompt of padding only)."""
+    """``ValueError`` unless ``input_ids`` is (B,P) with ``B ≥ 1``, ``P ≥ 1`` and no row of ``attention_mask`` is all 0
+    (a prompt of padding only)."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         found = getattr(input_ids, "shape", input_ids)
         raise ValueError(f"generate needs input_ids of shape (batch, length), got {found!r}")
+    if input_ids.shape[0] == 0:
+        raise ValueError(f"generate needs at least one prompt, got input_ids of shape {tuple(input_ids.shape)}")
     if input_ids.shape[1] == 0:
         raise ValueError(f"generate needs input_ids of shape (batch, prompt length ≥ 1), got {tuple(input_ids.shape)}"
                          ": the prompt is empty (give it at least one token)")

@@ -489,7 +489,8 @@ def _span(text: str, start: int, end: int, number: _Number, signed: bool) -> Num
         + (number.exponent[:1] + _ascii_digits(number.exponent[1:]) if number.exponent else "")
     )
     value = float(spelled)
-    if not _fits_float32(value):
+    underflowed = value == 0.0 and _ascii_digits(number.integer + number.fraction).strip("0") != ""  # 1e-400
+    if underflowed or not _fits_float32(value):
         return None
     exponent = int(_ascii_digits(number.exponent[1:])) if number.exponent else 0
     unit = 10.0 ** max(-320, min(300, exponent - len(number.fraction)))

@@ -78,6 +78,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 NUM_TOKEN = "<NUM>"
+_MODEL_TYPE = "causal_qwen"  # CausalQwenConfig.model_type (a saved tokenizer carries no configuration.py)
 
 _PLACEHOLDER_RE = re.compile(
     r"\[PAD\d+\]|<\|extra_\d+\|>|<\|reserved_special_token_\d+\|>|<unused\d+>|\[unused\d+\]"
@@ -298,11 +299,15 @@ class NumericTokenizer(PreTrainedTokenizerFast):
             kwargs["gguf_file"] = gguf_file
         own = {key: kwargs.pop(key) for key in ("decimal_comma", "number_min_decimals", "number_lower_bound")
                if key in kwargs}
-        base = AutoTokenizer.from_pretrained(name_or_path, *inputs, **kwargs)
+        config = None if gguf_file is not None else _read_model_config(name_or_path, kwargs)
+        # Beside a CausalQwen config, AutoTokenizer picks this class again (and so this loader, without end): a saved
+        # folder that lost its tokenizer_config.json. Its tokenizer.json already holds <NUM>.
+        loader = PreTrainedTokenizerFast if getattr(config, "model_type", None) == _MODEL_TYPE else AutoTokenizer
+        base = loader.from_pretrained(name_or_path, *inputs, **kwargs)
         if model_vocab_size is None and gguf_file is not None:
             model_vocab_size = len(base)  # a GGUF tokenizer lists every row of the model
         elif model_vocab_size is None:
-            model_vocab_size = _read_model_vocab_size(name_or_path, kwargs)
+            model_vocab_size = _vocab_size(config)
         return cls(base, model_vocab_size=model_vocab_size, padding_side=padding_side or "right", **own)
 
     @classmethod
@@ -794,11 +799,22 @@ def _names_this_class(name_or_path: str | Path, kwargs: dict) -> bool:
 
 def _read_model_vocab_size(name_or_path: str | Path, kwargs: dict) -> int | None:
     """``config.vocab_size`` stored next to the tokenizer, or ``None`` when there is no readable config."""
+    return _vocab_size(_read_model_config(name_or_path, kwargs))
+
+
+def _read_model_config(name_or_path: str | Path, kwargs: dict):
+    """The model config stored next to the tokenizer, or ``None`` when there is no readable one."""
     config_kwargs = {key: kwargs[key] for key in (*_HUB_KWARGS, "gguf_file", "trust_remote_code") if key in kwargs}
     try:
-        config = AutoConfig.from_pretrained(name_or_path, **config_kwargs)
+        return AutoConfig.from_pretrained(name_or_path, **config_kwargs)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as error:
         logger.debug("no model config next to tokenizer %s: %s", name_or_path, error)
+        return None
+
+
+def _vocab_size(config) -> int | None:
+    """``vocab_size`` of a model config (its text config's), or ``None``."""
+    if config is None:
         return None
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     vocab_size = getattr(text_config, "vocab_size", None)
