@@ -323,6 +323,15 @@ def test_config_value_errors(tmp_path):
         load_train_config(write(tmp_path / "e.yaml", "data: x\nnum_token_warm_start: 0\n"))
 
 
+def test_a_dotted_target_column_is_named_as_the_cause(tmp_path):
+    """R writes iris's columns as Sepal.Length: a format string reads '{Petal.Length}' as an attribute of 'Petal',
+    so the config's target check says so rather than that the target is not among (Species, Sepal, Petal)."""
+    config = "data: iris.csv\ntemplate: 'A {Species}, sepal {Sepal.Length}: petal {Petal.Length}.'\n"
+    with pytest.raises(ValueError, match=r"i\.yaml: target 'Petal\.Length' cannot be a template field: a '\.' or '\['.*"
+                                         r"rename the column"):
+        load_train_config(write(tmp_path / "i.yaml", config + "target: Petal.Length\n"))
+
+
 def test_example_config_loads():
     config = load_train_config(Path(__file__).resolve().parents[1] / "examples" / "seattle_weather.yaml", ["max_steps=60"])
     assert config.data == "vega:seattle-weather.csv" and config.split_by == "date" and config.max_steps == 60

@@ -283,6 +283,10 @@ class TrainConfig:
             from .data import template_fields
 
             fields = template_fields(self.template)
+            if self.target not in fields and ("." in self.target or "[" in self.target):
+                raise ValueError(f"{where('target')}: target '{self.target}' cannot be a template field: a '.' or '[' "
+                                 "in a field name reads an attribute or index of the field before it in a format "
+                                 "string; rename the column in the file (e.g. without '.' and '[')")
             need(self.target in fields, "target", f"must be a field of the template ({', '.join(fields)})")
         _check_model_config(where("model_config"), self.model_config)
         return self
