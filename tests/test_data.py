@@ -271,9 +271,11 @@ def test_recipe_fills_what_the_config_leaves_out_by_the_kind_of_base(tmp_path):
     assert random_run.recipe == "random" and random_run.freeze_backbone is False
     assert random_run.learning_rate == 3e-2 and random_run.regression_warm_start == 1.0
     assert random_run.num_token_warm_start is False  # a random base's <NUM> row is no worse than any other
+    assert random_run.location_check == "seeded"  # checks locations on a random split's slice only
     real = load_train_config(write(tmp_path / "p.yaml", four + "model: qwen.gguf\nlearning_rate: 2e-5\n"))
     assert real.recipe == "pretrained" and real.freeze_backbone is True and real.learning_rate == 2e-5
     assert real.regression_warm_start == "auto" and real.num_token_warm_start == 1e-3 and real.interval_check == 0.1
+    assert real.location_check is False  # its read-out is a ridge chosen out of fold; not measured with the check
     line = real.recipe_line()
     assert line.startswith("recipe: pretrained (base qwen.gguf)") and "freeze_backbone=True" in line
     assert "learning_rate=2e-05" not in line  # given by the config, not the recipe
@@ -286,6 +288,8 @@ def test_recipe_fills_what_the_config_leaves_out_by_the_kind_of_base(tmp_path):
     assert load_train_config(write(tmp_path / "l.yaml", four + "model: q.gguf\nlora: true\n")).freeze_backbone is False
     with pytest.raises(ValueError, match="recipe must be auto, random or pretrained"):
         load_train_config(write(tmp_path / "bad.yaml", four + "recipe: fast\n"))
+    with pytest.raises(ValueError, match="location_check must be true, seeded, false or null, got 'sometimes'"):
+        load_train_config(write(tmp_path / "lc.yaml", four + "location_check: sometimes\n"))
     # each config file trains into a folder of its own name unless it names one
     assert (random_run.output_dir, real.output_dir) == (str(Path("runs") / "r"), str(Path("runs") / "p"))
     named = load_train_config(write(tmp_path / "n.yaml", four + "output_dir: out/here\n"), ["max_steps=2"])

@@ -113,12 +113,36 @@ def test_a_four_key_config_trains_the_tiny_preset_with_the_random_recipe(tmp_pat
     kept = [line for line in lines if line.startswith("interval check: ")]
     assert kept and "of the 84 training documents kept out" in kept[0], lines
     checked = [line for line in lines if line.startswith("interval check on ")]
-    assert not any(line.startswith("location check on ") for line in lines), lines  # opt-in, not in the recipe
+    # the recipe checks locations on a seeded slice only: the latest rows of a split in time are no sample of later
+    assert config.location_check == "seeded" and "to check the number intervals" in kept[0], lines
+    assert not any(line.startswith("location check on ") for line in lines), lines
     assert result.location_check is None
     assert checked and result.interval_check is not None and result.interval_check.numbers >= 8, lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.number_scale_factor == pytest.approx(result.interval_check.scale_factor)
     assert result.global_step == 3
+
+
+def test_the_random_recipe_checks_locations_on_a_seeded_slice(tmp_path):
+    """A random split (``validation_split``): the slice kept out of training is a seeded pick, a sample of the rows
+    held out, so the random recipe runs the location check on it before the interval check."""
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    rows = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{20 + 5 * math.sin(i / 9):.1f}" for i in range(120)]
+    config_file = readings_config(tmp_path, "seeded", rows, "2020-04-01")
+    config_file.write_text(config_file.read_text(encoding="utf-8").replace("split_by: day\nsplit_at: '2020-04-01'\n",
+                                                                           "validation_split: 0.25\n"))
+    config = load_train_config(config_file, [f"output_dir={tmp_path / 'run'}", "max_steps=3", "report_to=none",
+                                             "progress_bar=false", "eval_steps=0", "save_steps=0"])
+    lines: list[str] = []
+    result = run_training(config, report=lines.append)
+    kept = [line for line in lines if line.startswith("interval check: ")]
+    assert kept and "to check the number locations and intervals" in kept[0], lines
+    located = [index for index, line in enumerate(lines) if line.startswith("location check on ")]
+    checked = [index for index, line in enumerate(lines) if line.startswith("interval check on ")]
+    assert located and checked and located[0] < checked[0], lines
+    assert result.location_check is not None and result.location_check.numbers >= 8
 
 
 def test_a_target_that_never_varies_or_lies_past_max_length_stops_train_with_the_reason(tmp_path, caplog):

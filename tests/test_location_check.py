@@ -12,7 +12,7 @@ from causal_qwen.training.collator import NumericCollator, TokenizedDataset
 from causal_qwen.training.data import Document
 from causal_qwen.training.interval_check import slice_predictions
 from causal_qwen.training.location_check import check_location, choose_alpha, training_median
-from causal_qwen.training.training import keep_check_slice
+from causal_qwen.training.training import checks_locations, keep_check_slice
 
 from .conftest import SMALL_NUM_ID, small_qwen
 
@@ -119,3 +119,15 @@ def test_a_small_table_keeps_eight_rows_out_when_a_quarter_allows_it():
     assert keep_check_slice(config, documents(30)) == (documents(30), [])  # 8 of 30 would pass a quarter: none
     seeded = SimpleNamespace(interval_check=0.1, split_by=None, seed=0, location_check=True)
     assert len(keep_check_slice(seeded, documents(43))[1]) == 8
+
+
+def test_seeded_checks_locations_only_on_a_slice_that_is_no_later_stretch():
+    """``location_check: seeded`` runs on a seeded pick of the training rows and not on the latest rows of a split
+    in time; true runs on both, false on neither."""
+    documents = [Document(text=f"day {i}: {i}.", source="s", row=i, split_value=i, target_ordinal=1,
+                          target_value=float(i)) for i in range(100)]
+    for setting, on_seeded, on_later in (("seeded", True, False), (True, True, True), (False, False, False)):
+        in_time = SimpleNamespace(interval_check=0.1, split_by="day", seed=0, location_check=setting)
+        assert checks_locations(in_time, *keep_check_slice(in_time, documents)) is on_later
+        seeded = SimpleNamespace(interval_check=0.1, split_by=None, seed=0, location_check=setting)
+        assert checks_locations(seeded, *keep_check_slice(seeded, documents)) is on_seeded

@@ -21,9 +21,12 @@ nothing before the heads training, the backbone runs once per example (`feature_
 
 Both keep a tenth of the training rows (the latest ones when the split is by a column such as a date; at least 8
 when that takes at most a quarter of them) to check the number locations and the width of the number intervals
-after training: the width is rescaled when it is off (``interval_check``); ``location_check: true`` (opt-in, not
-part of either recipe) also shrinks the locations toward the training median when that clearly predicts the kept
-rows better. A table too small for such a slice trains on every row, and its widths are floored at the regression
+after training: the width is rescaled when it is off (``interval_check``). The random recipe also checks the
+locations when the kept rows are a seeded pick, which stands for a random split's held-out rows
+(``location_check: seeded``): they shrink toward the training median when that clearly predicts the kept rows
+better (a tiny model that memorised its table's text); not after a split in time, whose latest rows are no sample of
+the later period (docs/benchmarks.md, "Tables nobody tuned for"). The pretrained recipe's read-out is a ridge fit
+whose strength was chosen out of fold, and it has not been measured with the check (off). A table too small for such a slice trains on every row, and its widths are floored at the regression
 warm start's out-of-fold error (`interval_check.floor_intervals`). The pretrained recipe refits its regression
 read-out to the rows trained on before the checks, so that they measure the read-out it saves, and to every
 training row after them, the kept ones included (``refit_after_check``): on frozen features the read-out is the
@@ -56,6 +59,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         num_token_warm_start=False,
         interval_check=0.1,
         refit_after_check=False,
+        location_check="seeded",
     ),
     "pretrained": dict(
         model_config={"ovr_negatives": 2048, "regression_gate_alpha": 1.0, "number_noise_init": 1.0},
@@ -72,6 +76,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         num_token_warm_start=1e-3,
         interval_check=0.1,
         refit_after_check=True,
+        location_check=False,
     ),
 }
 """The settings each recipe gives (`TrainConfig` keys; ``model_config`` entries merge under the config's own)."""

@@ -30,6 +30,8 @@ ALIASES = {
 }
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BF16_CHOICES = ("auto", True, False)
+LOCATION_CHECK_CHOICES = (True, "seeded", False)
+"""``location_check``: on every check slice, only on a seeded one (not the latest stretch of a split in time), never."""
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
@@ -166,12 +168,14 @@ class TrainConfig:
     split most needs (`warm_start.refit_regression`). The numbers' noise and the interval factor stay as trained
     and checked. Needs ``regression_warm_start`` and a check slice. null: the recipe's (pretrained: true; random:
     false)."""
-    location_check: bool = False
-    """Opt-in (measured to hurt on the unseen tables: docs/benchmarks.md). On the interval check's slice, before it:
-    when a blend ``α·loc_Y + (1 − α)·m0`` with the training median
+    location_check: bool | str | None = None
+    """On the interval check's slice, before it: when a blend ``α·loc_Y + (1 − α)·m0`` with the training median
     ``m0`` has a clearly lower median absolute error there than the model (in 90% of bootstrap resamples), the
-    regression head is shrunk to that blend (`causal_qwen.training.location_check`). Runs only when the interval
-    check has a slice."""
+    regression head is shrunk to that blend (`causal_qwen.training.location_check`). ``seeded``: only when the slice
+    is a seeded pick of the training rows, which stands for the held-out rows of a random split; not when it is the
+    latest stretch of a split in time, which is the nearest evidence for a later period but no sample of it (there
+    the check cost the unseen tables more than it gave: docs/benchmarks.md). true: on either slice; false: never.
+    Runs only when the interval check has a slice. null: the recipe's (random: seeded; pretrained: false)."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
@@ -269,6 +273,7 @@ class TrainConfig:
                                                and 0 < self.interval_check < 0.5),
              "interval_check", "must be a fraction in (0, 0.5), false or null")
         need(isinstance(self.refit_after_check, bool), "refit_after_check", "must be true, false or null")
+        need(self.location_check in LOCATION_CHECK_CHOICES, "location_check", "must be true, seeded, false or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")

@@ -418,7 +418,8 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
             numbers = count(check)
     if numbers < MIN_NUMBERS:
         return train_docs, []
-    checks = "the number locations and intervals" if config.location_check else "the number intervals"
+    checks = ("the number locations and intervals" if checks_locations(config, kept, check)
+              else "the number intervals")
     message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
                f"({data_module.describe_split(spec)}) to check {checks}")
     tell(message, report)
@@ -510,8 +511,8 @@ def check_slice_dataset(config: TrainConfig, tokenizer: Any, check_docs: list) -
 def run_location_check(model, config: TrainConfig, tokenizer: Any, train_docs: list, check_docs: list, pad_id: int,
                        report: Report | None = None) -> LocationCheckReport | None:
     """`check_location` on the documents `keep_check_slice` kept out, against the median target of ``train_docs``
-    (the rows trained on); None when there is no slice or ``location_check`` is off."""
-    if not check_docs or not config.location_check:
+    (the rows trained on); None when there is no slice or the check is not to run on it (`checks_locations`)."""
+    if not check_docs or not checks_locations(config, train_docs, check_docs):
         return None
     dataset, ordinals = check_slice_dataset(config, tokenizer, check_docs)
     median = training_median(train_docs, every_number=ordinals is None)
@@ -522,6 +523,14 @@ def run_location_check(model, config: TrainConfig, tokenizer: Any, train_docs: l
     if checked is not None and report is not None:
         report(checked.line())
     return checked
+
+
+def checks_locations(config: TrainConfig, train_docs: list, check_docs: list) -> bool:
+    """Whether the location check runs on this slice: ``location_check`` true, or ``seeded`` and the slice is no
+    later stretch of a split in time (`slice_is_later`)."""
+    if config.location_check == "seeded":
+        return not slice_is_later(config, train_docs, check_docs)
+    return config.location_check is True
 
 
 def slice_is_later(config: TrainConfig, train_docs: list, check_docs: list) -> bool:
