@@ -70,12 +70,11 @@ def check_missing_base(name: str) -> None:
 
 def check_causal_qwen_folder(path: Path) -> None:
     """Raise ``ValueError`` unless ``path`` holds a converted CausalQwen model (not a plain Qwen2 one)."""
-    from ..core.configuration import CausalQwenConfig
+    from ..core.configuration import CausalQwenConfig, not_causal_qwen
 
     model_type = folder_model_type(path, folder="model folder", expected="CausalQwen")
     if model_type != CausalQwenConfig.model_type:
-        hint = " (convert it first: causal-qwen convert --base DIR --out NEW_DIR)" if model_type == "qwen2" else ""
-        raise ValueError(f"model folder {str(path)!r} holds a {model_type!r} model, not a CausalQwen one{hint}")
+        raise ValueError(not_causal_qwen(f"model folder {str(path)!r}", model_type))
 
 
 def load_model_and_tokenizer(

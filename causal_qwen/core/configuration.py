@@ -17,6 +17,15 @@ THRESHOLD_KINDS = ("scalar", "per_token")
 OVR_CALIBRATIONS = ("base_agreement", "none")
 
 
+def not_causal_qwen(where: str, model_type: str) -> str:
+    """The one-line error for ``where`` (a quoted folder) holding a ``model_type`` model instead of a CausalQwen one;
+    a plain Qwen2 model is told how to convert it."""
+    hint = ""
+    if model_type == "qwen2":
+        hint = " (convert it first: causal_qwen.from_qwen(path), or causal-qwen convert --base PATH --out DIR)"
+    return f"{where} holds a {model_type!r} model, not a CausalQwen one{hint}"
+
+
 class CausalQwenConfig(Qwen2Config):
     r"""Configuration of `CausalQwenForCausalLM`: all of `Qwen2Config`, plus
 
@@ -104,11 +113,7 @@ class CausalQwenConfig(Qwen2Config):
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         found = config_dict.get("model_type")
         if found is not None and found != cls.model_type:
-            hint = ""
-            if found == "qwen2":
-                hint = " (convert it first: causal_qwen.from_qwen(path), or causal-qwen convert --base PATH --out DIR)"
-            raise ValueError(f"{str(pretrained_model_name_or_path)!r} holds a {found!r} model, not a CausalQwen "
-                             f"one{hint}")
+            raise ValueError(not_causal_qwen(repr(str(pretrained_model_name_or_path)), found))
         return config_dict, kwargs
 
     def __post_init__(self, **kwargs):

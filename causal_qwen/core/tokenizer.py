@@ -290,7 +290,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                 options["model_vocab_size"] = model_vocab_size
             tokenizer = super().from_pretrained(name_or_path, *inputs, **options)
             if tokenizer.model_vocab_size is None:
-                size = _read_model_vocab_size(name_or_path, kwargs)
+                size = _vocab_size(_read_model_config(name_or_path, kwargs))
                 if size is not None:
                     tokenizer.model_vocab_size = size
                     tokenizer.reserved_slot_used = tokenizer.num_token_id < size
@@ -795,11 +795,6 @@ def _names_this_class(name_or_path: str | Path, kwargs: dict) -> bool:
         logger.debug("no tokenizer config at %s: %s", name_or_path, error)
         return False
     return config.get("tokenizer_class") == NumericTokenizer.__name__
-
-
-def _read_model_vocab_size(name_or_path: str | Path, kwargs: dict) -> int | None:
-    """``config.vocab_size`` stored next to the tokenizer, or ``None`` when there is no readable config."""
-    return _vocab_size(_read_model_config(name_or_path, kwargs))
 
 
 def _read_model_config(name_or_path: str | Path, kwargs: dict):

@@ -503,11 +503,15 @@ def _check_dotted_columns(path: Path, columns: list[str], template: str) -> None
     format string reads as an attribute or an index of another field (``Adj``)."""
     for _, name, _, _ in string.Formatter().parse(template):
         if name is not None and name in columns and name.split(".")[0].split("[")[0] not in columns:
-            raise ValueError(
-                f"{path}: template field '{{{name}}}': a '.' or '[' in a field name reads an attribute or index of the "
-                f"field before it ('{name.split('.')[0].split('[')[0]}') in a format string, so the column "
-                f"'{name}' cannot be named there; rename the column in the file (e.g. without '.' and '[')"
-            )
+            raise ValueError(f"{path}: template field '{{{name}}}': {dotted_name_problem(name)}")
+
+
+def dotted_name_problem(name: str) -> str:
+    """Why a column ``name`` holding ``.`` or ``[`` (``Adj. Close``, R's ``Petal.Length``) cannot be a template
+    field, and what to do."""
+    return (f"a '.' or '[' in a field name reads an attribute or index of the field before it "
+            f"('{name.split('.')[0].split('[')[0]}') in a format string, so the column '{name}' cannot be named "
+            "there; rename the column in the file (e.g. without '.' and '[')")
 
 
 def _check_columns(path: Path, columns: list[str], needed: list[str], what: str) -> None:

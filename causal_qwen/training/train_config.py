@@ -285,13 +285,12 @@ class TrainConfig:
         need(self.max_eval_samples is None or self.max_eval_samples >= 1, "max_eval_samples", "must be >= 1")
         need(self.target is None or self.template is not None, "target", "needs a template naming it")
         if self.target is not None:
-            from .data import template_fields
+            from .data import dotted_name_problem, template_fields
 
             fields = template_fields(self.template)
             if self.target not in fields and ("." in self.target or "[" in self.target):
-                raise ValueError(f"{where('target')}: target '{self.target}' cannot be a template field: a '.' or '[' "
-                                 "in a field name reads an attribute or index of the field before it in a format "
-                                 "string; rename the column in the file (e.g. without '.' and '[')")
+                raise ValueError(f"{where('target')}: target '{self.target}' cannot be a template field: "
+                                 f"{dotted_name_problem(self.target)}")
             need(self.target in fields, "target", f"must be a field of the template ({', '.join(fields)})")
         _check_model_config(where("model_config"), self.model_config)
         return self
