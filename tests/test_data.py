@@ -325,6 +325,13 @@ def test_config_value_errors(tmp_path):
         load_train_config(write(tmp_path / "d.yaml", "- a\n- b\n"))
     with pytest.raises(ValueError, match="num_token_warm_start must be a positive ridge, false or null"):
         load_train_config(write(tmp_path / "e.yaml", "data: x\nnum_token_warm_start: 0\n"))
+    # A model_config value is checked with the config, before any data is read (data: x does not exist).
+    with pytest.raises(ValueError, match=r"^--set model_config.ovr_negatives=-3: CausalQwenConfig.ovr_negatives must "
+                                         r"be a positive int or None, got -3"):
+        load_train_config(write(tmp_path / "h.yaml", "data: x\n"), ["model_config.ovr_negatives=-3"])
+    with pytest.raises(ValueError, match=r"i\.yaml: .*CausalQwenConfig.noise_mode must be one of"):
+        load_train_config(write(tmp_path / "i.yaml", "data: x\nmodel_config:\n  noise_mode: loud\n"))
+    load_train_config(write(tmp_path / "j.yaml", "data: x\n"), ["model_config.num_token_id=200000"])  # a larger base
 
 
 def test_a_dotted_target_column_is_named_as_the_cause(tmp_path):
@@ -408,3 +415,26 @@ def test_a_csv_row_is_named_by_the_line_it_starts_on_when_a_cell_holds_newlines(
     path = write(tmp_path / "notes.csv", rows)
     with pytest.raises(ValueError, match=r"notes\.csv: row 2 \(line 4\): template field 'temp_max' holds 'warm'"):
         read_documents(DataSource(path=path, template="{note}: {temp_max} C", numeric_fields=["temp_max"]))
+
+
+def test_a_csv_written_with_spaces_after_its_commas_reads_its_names_and_cells_without_them(tmp_path):
+    """``date, city, price`` (a hand-written or exported CSV) names the columns ``date``, ``city`` and ``price``, and
+    ``2020-01-01, Oslo, 12.5`` fills the template with ``Oslo``, not `` Oslo``; a quoted cell keeps its comma."""
+    path = write(tmp_path / "spaced.csv", 'date, city, price\n2020-01-01, Oslo, 12.5\n2020-01-02, "Paris, TX", 7\n')
+    docs = read_documents(DataSource(path=path, template="{city} on {date}: {price} dollars.", target="price",
+                                     split_by="date"))
+    assert [doc.text for doc in docs] == ["Oslo on 2020-01-01: 12.5 dollars.", "Paris, TX on 2020-01-02: 7 dollars."]
+    assert [doc.target_value for doc in docs] == [12.5, 7.0] and docs[1].split_value == "2020-01-02"
+    twice = write(tmp_path / "twice.csv", "day, high,high\n1,10.5,11.0\n")
+    with pytest.raises(ValueError, match=r"the column names 'high' appear more than once"):
+        read_documents(DataSource(path=twice, template="day {day} high {high}"))
+
+
+def test_empty_text_cells_are_counted_in_one_warning(tmp_path, caplog):
+    """A text field left empty fills the template with nothing; reading says how many rows did so, once."""
+    path = write(tmp_path / "gaps.csv", "city,price\nOslo,12.5\n,7\n  ,8\n")
+    with caplog.at_level("WARNING"):
+        docs = read_documents(DataSource(path=path, template="{city}: {price} dollars.", target="price"))
+    assert [doc.text for doc in docs] == ["Oslo: 12.5 dollars.", ": 7 dollars.", ": 8 dollars."]
+    warnings = [record.getMessage() for record in caplog.records if "empty" in record.getMessage()]
+    assert len(warnings) == 1 and "2 of 3 rows leave the text field 'city' empty" in warnings[0]

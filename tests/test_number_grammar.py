@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from causal_qwen.core.numbers import find_numbers, format_prediction
+from causal_qwen.core.numbers import find_numbers, format_interval, format_like, format_prediction
 from causal_qwen.core.tokenizer import NumericTokenizer
 from causal_qwen import from_qwen
 
@@ -355,6 +355,27 @@ def test_training_target_equals_the_csv_value_to_full_precision(numeric, tmp_pat
 )
 def test_format_prediction(median, scale, min_decimals, written):
     assert format_prediction(median, scale, min_decimals=min_decimals) == written
+
+
+@pytest.mark.parametrize(
+    "value, written, expected",
+    [
+        (3355.4217, "1200", "3355"),  # a median rounded to hundreds: its interval's ends to whole units
+        (7.0312, "6.48", "7.03"),
+        (-0.0004, "6.48", "0.00"),  # no "-0.00"
+        (5.123e-06, "4.9e-06", "5.1e-06"),
+        (2.5e20, "2.500e+20", "2.500e+20"),
+        (float("inf"), "6.5", "inf"),
+    ],
+)
+def test_format_like_writes_a_value_at_the_precision_of_a_written_number(value, written, expected):
+    assert format_like(value, written) == expected
+
+
+def test_an_interval_is_written_at_its_medians_precision():
+    median = format_prediction(1234.5, 150.0)  # "1230"
+    assert format_interval((0.0, 3355.4217), median) == "[0, 3355]"
+    assert format_interval((6.1234, 6.8), format_prediction(6.479088, 0.15)) == "[6.12, 6.80]"
 
 
 def test_format_prediction_rejects_bad_arguments():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -625,7 +626,11 @@ def test_a_checkpoint_loads_as_a_model_folder_and_a_broken_folder_is_named(asset
     from causal_qwen.cli import main as cli_main
 
     assert cli_main(["predict", "--model", str(finished_run / "checkpoint-4"), "--top-k", "2", "day 3"]) == 0
-    assert "next step after 'day 3'" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "next step after 'day 3'" in printed
+    # The interval's ends are written at the precision of the median they surround.
+    median, *ends = re.search(r"written as (\S+) .*50% \[(\S+), (\S+)\], 90% \[(\S+), (\S+)\]", printed).groups()
+    assert {len(end.partition(".")[2]) for end in ends} == {len(median.partition(".")[2])}
     no_tokenizer = tmp_path / "no_tokenizer"
     shutil.copytree(assets / "converted", no_tokenizer)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json"):

@@ -5,6 +5,7 @@ decision reads no full-vocabulary scale where a cached one decides; the generate
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -289,6 +290,11 @@ def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):
         single = capsys.readouterr().out
         expected = generate(tiny_model, tokenizer, "The price is", max_new_tokens=2)[0]
     assert single.startswith("The price is" + expected.text + "\nnumbers:\n  number at token 0: ")
+    # The median and the interval's ends are written at the precision of the number as it was written.
+    written, *shown = re.search(r"number at token 0: (\S+)  \(median (\S+); 50% \[(\S+), (\S+)\]; "
+                                r"90% \[(\S+), (\S+)\]\)", single).groups()
+    assert written == expected.numbers[0].text
+    assert {len(end.partition(".")[2]) for end in shown} == {len(written.partition(".")[2])}
     assert cli(["generate", "--base", "random:tiny", "--max-new-tokens", "3", *PROMPTS]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     expected = generate(tiny_model, tokenizer, list(PROMPTS), max_new_tokens=3)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import write_text_atomic
+from ..core.numbers import format_interval, format_like, format_number
 from .arguments import non_negative_float, non_negative_int, positive_int, probability
 from .eval import add_model_arguments, check_writable_file, load_model, placement
 
@@ -104,11 +105,11 @@ def _format_numbers(result) -> list[str]:
     """The numbers of a `causal_qwen.core.text_generation.GenerationResult`, one line each."""
     lines = []
     for number in result.numbers:
-        line = f"  number at token {number.token_index}: {number.text or format(number.value, '.6g')}"
-        if number.median is not None:
-            low50, high50 = number.interval_50
-            low90, high90 = number.interval_90
-            line += f"  (median {number.median:.6g}; 50% [{low50:.6g}, {high50:.6g}]; 90% [{low90:.6g}, {high90:.6g}])"
+        written = number.text or format_number(number.value)
+        line = f"  number at token {number.token_index}: {written}"
+        if number.median is not None:  # the interval's ends at the precision the number is written with
+            line += (f"  (median {format_like(number.median, written)}; 50% {format_interval(number.interval_50, written)}; "
+                     f"90% {format_interval(number.interval_90, written)})")
         lines.append(line)
     return lines
 

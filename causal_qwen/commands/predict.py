@@ -6,6 +6,7 @@ import argparse
 import json
 import unicodedata
 
+from ..core.numbers import format_interval
 from .arguments import positive_int
 from .eval import add_model_arguments, load_model
 
@@ -59,8 +60,7 @@ def format_view(view) -> str:
         f"<NUM> (id {n.token_id}): P_ovr {n.ovr_probability:.4g} (rank {n.ovr_rank}), "
         f"softmax {n.softmax_probability:.4g}; "
         f"written as {n.text} (median {n.median:.6g}, scale {n.scale:.4g}), "
-        f"50% [{n.interval_50[0]:.6g}, {n.interval_50[1]:.6g}], "
-        f"90% [{n.interval_90[0]:.6g}, {n.interval_90[1]:.6g}]"
+        f"50% {format_interval(n.interval_50, n.text)}, 90% {format_interval(n.interval_90, n.text)}"
     )
     lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}; "
                  f"sum of P_ovr over the vocabulary {view.probability_sum:.4g}")

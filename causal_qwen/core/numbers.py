@@ -615,6 +615,26 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
     return written
 
 
+def format_like(value: float, written: str) -> str:
+    """``value`` written to the precision of ``written``, a number as `format_prediction` wrote it: as many
+    decimals (``format_like(3355.4217, "1200") == "3355"``, ``format_like(7.0312, "6.48") == "7.03"``), or as many
+    mantissa digits when ``written`` has an exponent (``format_like(5.1e-06, "4.9e-06") == "5.1e-06"``). So an
+    interval's ends read at the precision of the median they surround. A non-finite ``value`` is written ``inf``,
+    ``-inf`` or ``nan``."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    mantissa, exponent_mark, _ = written.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    spelled = f"{value:.{decimals}e}" if exponent_mark else f"{value:.{decimals}f}"
+    return spelled.lstrip("-") if float(spelled) == 0.0 else spelled
+
+
+def format_interval(interval: tuple[float, float], written: str) -> str:
+    """``[low, high]`` with both ends at the precision of the median as it is ``written`` (`format_like`)."""
+    return f"[{format_like(interval[0], written)}, {format_like(interval[1], written)}]"
+
+
 # Separators tried around a written number, fewest first: (before, after).
 _SEPARATOR_CHOICES = (("", ""), (" ", ""), ("", " "), (" ", " "))
 # Characters of context either side that decide how a number reads back (glue, signs, lists, dots).

@@ -221,6 +221,7 @@ class TemplateRenderer:
         }
         self._places = {field: template_place(template, field) for field in self.numeric_fields}
         self._warned: set[str] = set()
+        self.empty_cells: dict[str, int] = {}  # text field → rows that left it empty (filled with "")
 
     def fill(self, row: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
         """``(text, values)``: the filled template and the value each field was filled with."""
@@ -229,6 +230,8 @@ class TemplateRenderer:
             value = row.get(field)
             if value is None or (isinstance(value, str) and not value.strip() and field in self.numeric_fields):
                 raise BadRow(f"{where}: template field '{field}' has no value")
+            if isinstance(value, str) and not value.strip():
+                self.empty_cells[field] = self.empty_cells.get(field, 0) + 1
             if field in self.numeric_fields:
                 number = parse_cell_number(value)
                 if number is None:
@@ -383,9 +386,10 @@ def _one_json_array(text: str) -> bool:
 def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with io.StringIO(read_utf8_text(path), newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter)
+        reader = csv.DictReader(handle, delimiter=delimiter, skipinitialspace=True)
         if reader.fieldnames is None:
             return []
+        reader.fieldnames = _column_names(reader.fieldnames)
         repeated = sorted({name for name in reader.fieldnames if reader.fieldnames.count(name) > 1})
         if repeated:  # a reader keeps only the last of them: a silent choice of one column
             raise ValueError(f"{path}: row 0 (header): the column names {', '.join(map(repr, repeated))} appear more "
@@ -443,6 +447,9 @@ def _rows_to_documents(
                                   target_ordinal=ordinal, target_value=value))
     if skipped:
         logger.warning("%s: skipped %d bad rows of %d", path, skipped, len(rows))
+    for field, count in (renderer.empty_cells if renderer is not None else {}).items():
+        logger.warning("%s: %d of %d rows leave the text field '%s' empty; the template writes nothing there "
+                       "(fill the cells, or drop the field from the template)", path, count, len(rows), field)
     return documents
 
 
@@ -492,10 +499,16 @@ def _target_renderer(source: DataSource, renderer: TemplateRenderer | None) -> T
 def _csv_columns(path: Path) -> list[str]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with io.StringIO(read_utf8_text(path), newline="") as handle:
-        header = next(csv.reader(handle, delimiter=delimiter), None)
+        header = next(csv.reader(handle, delimiter=delimiter, skipinitialspace=True), None)
     if header is None:
         raise ValueError(f"{path}: the dataset is empty (no header row)")
-    return header
+    return _column_names(header)
+
+
+def _column_names(header: Sequence[str]) -> list[str]:
+    """A CSV header's names without the spaces around them: ``date, price`` names the columns ``date`` and
+    ``price`` (the cells after ``, `` lose their leading spaces too: ``skipinitialspace``)."""
+    return [name.strip() for name in header]
 
 
 def _check_dotted_columns(path: Path, columns: list[str], template: str) -> None:

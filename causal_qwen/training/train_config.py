@@ -431,6 +431,15 @@ def _check_model_config(source: str, overrides: dict) -> None:
             close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.5)
             hint = f"; did you mean 'model_config.{close[0]}'?" if close else ""
             raise ValueError(f"{source}: unknown model_config key '{key}' (not a CausalQwenConfig field){hint}")
+    # The values too, before any data is read: the config's own checks on the overrides over its defaults (the
+    # vocabulary as large as a <NUM> id given here needs; the base's own vocabulary is checked when it is built).
+    probe = dict(overrides)
+    if isinstance(probe.get("num_token_id"), int) and "vocab_size" not in probe:
+        probe["vocab_size"] = max(CausalQwenConfig().vocab_size, probe["num_token_id"] + 1)
+    try:
+        CausalQwenConfig(**probe)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{source}: {error}") from None
 
 
 # ---- value checking --------------------------------------------------------------------------------------
