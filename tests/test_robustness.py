@@ -8,6 +8,7 @@ eval and generate, and a command line that starts without importing torch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -826,3 +827,39 @@ def test_a_prompt_read_as_an_option_is_explained_in_one_line(capsys):
         cli_main(["train", "config.yaml", "--bogus"])  # an unknown option elsewhere gets no prompt hint
     assert capsys.readouterr().err.splitlines() == [
         "causal-qwen: error: unrecognized arguments: --bogus (--help lists the options)"]
+
+
+def test_a_converted_folder_trained_with_the_numbers_own_noise_loads_without_a_missing_weights_report(assets):
+    """The pretrained recipe adds the numbers' own noise (``number_noise_init``) to a converted folder that has none:
+    its weights start as the config says, and transformers' load report, which would list them as MISSING, is not
+    shown."""
+    import torch
+
+    from causal_qwen.conversion.loading import added_modules, load_causal_model
+    from causal_qwen.core.heads import NumberNoise
+
+    folder = assets / "converted"
+    assert added_modules(folder, {"number_noise_init": 1.0}) == {"number_noise_init": "action.number_noise."}
+    assert added_modules(folder, {"ovr_negatives": 8}) == {}
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    transformers_loading = logging.getLogger("transformers.modeling_utils")
+    kept = Kept()
+    transformers_loading.addHandler(kept)
+    try:
+        model = load_causal_model(folder, number_noise_init=1.0)
+    finally:
+        transformers_loading.removeHandler(kept)
+    assert not [message for message in kept.messages if "LOAD REPORT" in message]
+    assert not transformers_loading.filters  # the report is let through again after the load
+    started = NumberNoise(model.config.causal_size)
+    started.reset_parameters(1.0)
+    for name, value in started.state_dict().items():
+        assert torch.equal(model.action.number_noise.state_dict()[name], value)

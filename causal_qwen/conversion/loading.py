@@ -13,7 +13,9 @@ A hub id that is neither cached nor reachable fails at once (`causal_qwen.conver
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from . import presets
 from .conversion import check_qwen_folder, folder_model_type, from_qwen
 from .devices import resolve_device_and_dtype
 from .hub import check_hub_id, looks_like_hub_id
+
+logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # a fast tokenizer's file, or a slow one's vocabulary
 
@@ -133,14 +137,52 @@ def load_causal_model(model_dir: str | os.PathLike, device=None, dtype=None, **o
     check_weights_fit_config(path)
     if dtype is not None:
         overrides["dtype"] = dtype
+    added = added_modules(path, overrides)
     try:
-        model = CausalQwenForCausalLM.from_pretrained(str(path), **overrides)
+        # transformers' load report would list the added modules' weights as MISSING; they start as the config says.
+        with _quiet_load_report() if added else contextlib.nullcontext():
+            model, loading = CausalQwenForCausalLM.from_pretrained(str(path), output_loading_info=True, **overrides)
     except Exception as error:  # safetensors' errors are not OSError/ValueError
         if type(error).__name__ != "SafetensorError":
             raise
         raise ValueError(f"model folder {str(path)!r}: damaged weights ({_first_line(error)})") from error
+    if added:
+        missing = [key for key in loading["missing_keys"] if not key.startswith(tuple(added.values()))]
+        if missing or loading["unexpected_keys"]:
+            logger.warning("model folder %r: weights missing from its files %s, stored weights not used %s",
+                           str(path), sorted(missing), sorted(loading["unexpected_keys"]))
     check_finite_weights(model, path)
     return model if device is None else model.to(device)
+
+
+# A module the saved config can lack and an override can add: the override and the module's weight prefix.
+_ADDABLE_MODULES = {"number_noise_init": "action.number_noise."}
+
+
+def added_modules(folder: Path, overrides: dict) -> dict[str, str]:
+    """The modules ``overrides`` add to the model saved in ``folder`` (``number_noise_init`` set where its
+    config.json has none: the pretrained recipe's numbers' own noise on a converted folder), as ``{override:
+    weight prefix}``; their weights start as the config says (``_init_weights``), not from the files."""
+    if not any(overrides.get(name) is not None for name in _ADDABLE_MODULES):
+        return {}
+    saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return {name: prefix for name, prefix in _ADDABLE_MODULES.items()
+            if overrides.get(name) is not None and saved.get(name) is None}
+
+
+@contextlib.contextmanager
+def _quiet_load_report():
+    """transformers' load report (which names every weight not in the files) left out while a model loads; its
+    other messages pass (the logger's level stays: transformers reads it to decide what else to check)."""
+    def not_the_report(record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in str(record.msg)
+
+    quieted = logging.getLogger("transformers.modeling_utils")
+    quieted.addFilter(not_the_report)
+    try:
+        yield
+    finally:
+        quieted.removeFilter(not_the_report)
 
 
 def weight_files(folder: Path) -> list[Path]:
