@@ -715,6 +715,8 @@ def test_generate_checks_where_the_individual_goes_before_generating(assets, tmp
 def test_a_model_folder_that_does_not_exist_is_named_so(tmp_path, capsys):
     missing = tmp_path / "no_such_model"
     assert f"model folder '{missing}' does not exist" in cli_error(capsys, "predict", "--model", str(missing), "day 3")
+    # eval too, before it looks for the data in the folder's train_config.yaml (was: "--data is required")
+    assert f"model folder '{missing}' does not exist" in cli_error(capsys, "eval", "--model", str(missing))
 
 
 def test_a_run_folder_given_as_a_model_points_to_where_its_model_is(finished_run, tmp_path, capsys):

@@ -257,6 +257,10 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     placement(args)  # a bad --device/--dtype fails before the data is read
+    if args.model is not None:  # a mistyped --model is named as such, not as a missing --data
+        from ..conversion.loading import check_causal_qwen_folder
+
+        check_causal_qwen_folder(Path(args.model))
     spec = data_spec(args)
     model, tokenizer = load_model(args)
     training, documents = load_split_documents(spec)
