@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import re
 import sys
 
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"causal-qwen {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of the output went away (`causal-qwen train --keys | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 1
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a checkpoint being written stays in staging)
         again = "; `causal-qwen train CONFIG --resume` continues from the newest complete checkpoint" \
             if args.command == "train" else ""

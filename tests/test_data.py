@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -438,3 +439,21 @@ def test_empty_text_cells_are_counted_in_one_warning(tmp_path, caplog):
     assert [doc.text for doc in docs] == ["Oslo: 12.5 dollars.", ": 7 dollars.", ": 8 dollars."]
     warnings = [record.getMessage() for record in caplog.records if "empty" in record.getMessage()]
     assert len(warnings) == 1 and "2 of 3 rows leave the text field 'city' empty" in warnings[0]
+
+
+def test_train_keys_lists_every_setting_with_its_default_and_what_it_does(capsys):
+    """``causal-qwen train --keys``: each `TrainConfig` key, its default and its description (the docstring under
+    its field); a key added without one fails here. Without a config and without --keys: a one-line error."""
+    from causal_qwen.cli import main
+    from causal_qwen.training.train_config import key_docs, valid_keys
+
+    docs = key_docs()
+    assert [key for key in valid_keys() if not docs.get(key, "").strip()] == []
+    assert main(["train", "--keys"]) == 0
+    printed = capsys.readouterr().out
+    listed = re.findall(r"^(\w+): (.*)$", printed, flags=re.MULTILINE)
+    assert [key for key, _ in listed] == valid_keys()
+    assert dict(listed)["max_steps"] == "null" and dict(listed)["lr_scheduler_type"] == "cosine"
+    assert "    Skip a row that cannot be read" in printed  # skip_bad_rows' description, indented under it
+    assert main(["train"]) == 2
+    assert "give the training config (a YAML file), or --keys" in capsys.readouterr().err

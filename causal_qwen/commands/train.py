@@ -9,7 +9,7 @@ import argparse
 import os
 
 from ..training.run_folder import OutputLock
-from ..training.train_config import load_train_config, valid_keys
+from ..training.train_config import describe_keys, load_train_config, valid_keys
 
 
 def register(subparsers) -> None:
@@ -19,9 +19,9 @@ def register(subparsers) -> None:
         description="Fine-tune on JSON Lines, plain text or CSV-with-template data as CONFIG says, with "
         "transformers.Trainer: per-group learning rates, backbone freezing or LoRA, checkpoints, evaluation, "
         "TensorBoard, OUTPUT_DIR/metrics.jsonl and OUTPUT_DIR/final. Runs unchanged under torchrun and "
-        "accelerate launch. Config keys: " + ", ".join(valid_keys()) + ".",
+        "accelerate launch. Config keys (--keys says what each does): " + ", ".join(valid_keys()) + ".",
     )
-    parser.add_argument("config", help="YAML file of settings: data, template, target and a split (split_by and "
+    parser.add_argument("config", nargs="?", help="YAML file of settings: data, template, target and a split (split_by and "
                         "split_at, or validation_split) are enough, the rest comes from the recipe of the base's kind "
                         "(README, 'Training on your own CSV'; examples/seattle_weather.yaml sets more)")
     parser.add_argument(
@@ -42,10 +42,17 @@ def register(subparsers) -> None:
         help="continue from the newest complete checkpoint in OUTPUT_DIR (or from the CHECKPOINT folder given); "
         "says which; a finished run is left as it is",
     )
+    parser.add_argument("--keys", action="store_true",
+                        help="print every config key with its default and what it does, then exit")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.keys:
+        print(describe_keys())
+        return 0
+    if args.config is None:
+        raise ValueError("give the training config (a YAML file), or --keys to list its settings")
     config = load_train_config(args.config, args.overrides)
     main_process = int(os.environ.get("RANK", "0")) == 0
     if main_process:  # a folder in use fails at once, before the training stack loads (seconds)

@@ -72,15 +72,21 @@ class TrainConfig:
     data: str | None = None
     """Training file (.jsonl, .txt, .csv/.tsv), or ``vega:NAME`` for a file of the vega-datasets package."""
     data_format: str = "auto"
+    """How to read ``data``: ``auto`` (by the suffix: .jsonl/.json/.ndjson JSON Lines, .csv/.tsv CSV, anything else
+    plain text), ``jsonl``, ``csv`` (a ``.txt`` file holding CSV) or ``text``."""
     text_field: str = "text"
+    """JSONL/CSV field holding each document's text, when no ``template`` builds it."""
     template: str | None = None
     """Format string with named fields turning a CSV/JSONL row into text: ``"On {date} it rained {rain} mm"``."""
     numeric_fields: list | None = None
     """Template fields that must hold numbers; default: the fields whose values are mostly numbers."""
     skip_bad_rows: bool = False
+    """Skip a row that cannot be read (a number field that holds no number, a target the tokenizer does not read
+    as one number) with a warning, instead of stopping at it; the first five are named and all are counted."""
     text_unit: str = "line"
     """Plain text: one document per ``line`` or per blank-line-separated ``block``."""
     validation_data: str | None = None
+    """A separate file of held-out rows (read as ``data`` is), instead of a split of ``data``."""
     validation_split: float = 0.0
     """Fraction of rows (or, with ``split_by``, of the latest values) kept for validation."""
     split_by: str | None = None
@@ -88,7 +94,9 @@ class TrainConfig:
     split_at: Any = None
     """Where ``split_by`` splits; an unquoted YAML date (``2024-02-20``) is kept as its ISO text."""
     max_length: int = 512
+    """Tokens per document; longer ones are cut."""
     add_eos: bool = True
+    """End every document with the end-of-text token, so that the model learns where a text stops."""
     max_eval_samples: int | None = None
     """Evaluate on at most this many validation examples (the first ones)."""
     target: str | None = None
@@ -104,13 +112,17 @@ class TrainConfig:
 
     # ---- optimisation --------------------------------------------------------------------------------------
     seed: int = 42
+    """Seeds the run: initialisation of what is new, data order, the random split and the check slice."""
     max_steps: int | None = None
     """Optimizer steps; -1: ``num_train_epochs`` decides; null: the recipe's (random 180, pretrained 300)."""
     num_train_epochs: float = 1.0
+    """Passes over the training rows, used when ``max_steps`` is -1."""
     batch_size: int | None = None
     """Examples per process and micro-step; null: the recipe's (random 64, pretrained 8)."""
     eval_batch_size: int | None = None
+    """Examples per evaluation batch; null: ``batch_size``."""
     gradient_accumulation_steps: int = 1
+    """Micro-steps whose gradients add up to one optimizer step (a larger effective batch in the same memory)."""
     learning_rate: float | None = None
     """Learning rate of the causal heads (abduction, action's classification head, ``b_noise`` and the token noise,
     learnable thresholds); null: the recipe's (random 3e-2; pretrained 1e-5: on real weights larger rates move the
@@ -118,14 +130,19 @@ class TrainConfig:
     regression_learning_rate: float | None = None
     """Learning rate of the regression head (``W_reg``, ``b_reg``); null: the recipe's."""
     backbone_learning_rate: float | None = None
-    """null: the recipe's."""
+    """Learning rate of the Qwen2 backbone when it trains; null: the recipe's (random 3e-3; pretrained: frozen)."""
     numeric_embedding_learning_rate: float | None = None
-    """null: the recipe's."""
+    """Learning rate of the numeric embedding (the direction ``w_num`` along which a number's ``symlog`` value is
+    added to ``<NUM>``'s embedding);
+    null: the recipe's (random 3e-2; pretrained 0: frozen, so the backbone's features can be cached)."""
     lora_learning_rate: float | None = None
     """Default: ``learning_rate``."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     optim: str = "adamw_torch_fused"
+    """transformers' optimizer name (``TrainingArguments.optim``)."""
     lr_scheduler_type: str = "cosine"
+    """transformers' learning-rate schedule (``linear``, ``cosine``, ``constant``, ...)."""
     warmup_steps: float | None = None
     """Warm-up steps (int), or a fraction of the run (float in [0, 1)); null: the recipe's."""
     max_grad_norm: float = 1.0
@@ -179,9 +196,13 @@ class TrainConfig:
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
+    """Rank of each LoRA adapter."""
     lora_alpha: float = 16.0
+    """LoRA's scaling: an adapter's update is multiplied by ``lora_alpha / lora_r``."""
     lora_dropout: float = 0.0
+    """Dropout on the LoRA adapters' inputs."""
     lora_target_modules: list = field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+    """The backbone's linear layers that get adapters (every attention and MLP projection)."""
 
     cache_backbone_features: bool | None = None
     """Compute every example's backbone features once and train the heads on them (`feature_cache`): valid, and
@@ -190,15 +211,20 @@ class TrainConfig:
 
     # ---- hardware ------------------------------------------------------------------------------------------
     activation_checkpointing: bool = False
+    """Recompute the backbone's activations in the backward pass instead of keeping them: less memory, more
+    time (transformers' gradient checkpointing)."""
     bf16: Any = "auto"
     """bf16 autocast: ``auto`` (on when a GPU supports it), true or false."""
     ddp_backend: str | None = None
     """Default: ``nccl`` on GPUs, ``gloo`` on CPUs."""
     dataloader_num_workers: int = 0
+    """Worker processes that prepare batches (0: the training process itself)."""
     use_cpu: bool = False
+    """Train on the CPU even when a GPU is there."""
 
     # ---- logging, evaluation, checkpoints ------------------------------------------------------------------
     logging_steps: int = 10
+    """Log the losses (and print a progress line when the output is not a terminal) every N steps."""
     eval_steps: int = 100
     """Evaluate every N steps when there is validation data; 0 disables."""
     save_steps: int = 100
@@ -206,7 +232,10 @@ class TrainConfig:
     save_total_limit: int | None = 2
     """Keep the last K checkpoints."""
     report_to: list = field(default_factory=lambda: ["tensorboard"])
+    """Where transformers reports the logged figures (``tensorboard``, ``none``, ...); ``metrics.jsonl`` in
+    the run folder is always written."""
     progress_bar: bool = True
+    """Trainer's step bar on a terminal (a log file gets a line per logging step instead)."""
     monitor_positions: int = 32
     """Target positions per logged batch used for token accuracy and the OvR probability of the target
     (each costs a (positions × V) score); 0 disables these two figures."""
@@ -396,6 +425,36 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def valid_keys() -> list[str]:
     return [item.name for item in dataclasses.fields(TrainConfig)]
+
+
+def key_docs() -> dict[str, str]:
+    """Each `TrainConfig` key's description: the docstring written under its field, read from this module's
+    source (Python keeps no attribute docstrings at run time)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(TrainConfig)).body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def describe_keys() -> str:
+    """Every config key with its default (YAML spelling; null: the recipe's or none) and its description."""
+    import textwrap
+
+    docs = key_docs()
+    blocks = []
+    for item in dataclasses.fields(TrainConfig):
+        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        shown = yaml.safe_dump(default, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+        text = " ".join(docs.get(item.name, "").split())
+        blocks.append(f"{item.name}: {shown}\n" + textwrap.fill(text, width=100, initial_indent="    ",
+                                                                subsequent_indent="    "))
+    return "\n".join(blocks)
 
 
 def _assign(values: dict[str, Any], key: str, value: Any, source: str) -> None:
