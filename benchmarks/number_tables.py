@@ -81,7 +81,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 ROOT = Path(__file__).resolve().parents[1]
 
 from causal_qwen.evaluation import baselines  # noqa: E402
-from causal_qwen.evaluation.demo import DEMO_TEMPLATE, read_table  # noqa: E402
+from causal_qwen.evaluation.demo import DEMO_TEMPLATE  # noqa: E402
+from causal_qwen.evaluation.tables import read_table  # noqa: E402
 from causal_qwen.training.monitoring import ProgressLines  # noqa: E402
 
 logger = logging.getLogger("benchmarks.number_tables")

@@ -457,3 +457,69 @@ def test_train_keys_lists_every_setting_with_its_default_and_what_it_does(capsys
     assert "    Skip a row that cannot be read" in printed  # skip_bad_rows' description, indented under it
     assert main(["train"]) == 2
     assert "give the training config (a YAML file), or --keys" in capsys.readouterr().err
+
+
+def test_split_values_and_split_at_with_thousands_separators_are_numbers():
+    docs = docs_with_dates(["900", "950", "1,000", "1,050", "$1,100"])
+    train, valid = split_documents(docs, SplitSpec(split_by="step", split_at="1,000"))
+    assert [d.split_value for d in train] == ["900", "950"] and len(valid) == 3
+    train, valid = split_documents(docs, SplitSpec(split_by="step", split_at=1050))
+    assert [d.split_value for d in valid] == ["1,050", "$1,100"]
+
+
+@pytest.mark.parametrize(("dates", "cut", "train_size"), [
+    (["01/01/2020 3:15 PM", "01/02/2020 9:00 AM", "01/13/2020 3:15 PM"], "2020-01-02", 1),
+    (["1/31/2020 18:00", "2/1/2020 18:00", "2/3/2020 6:00"], "2020-02-01", 1),
+    (["31/01/2020 18:00", "01/02/2020 18:00", "03/02/2020 6:00"], "2020-02-01", 1),
+    (["31.01.2020 18:00", "01.02.2020 18:00:30", "03.02.2020 6:00"][::2], "2020-02-01", 1),
+    (["Wed, 01 Jan 2020", "Thu, 02 Jan 2020", "Fri, 03 Jan 2020"], "2020-01-02", 1),
+])
+def test_excel_date_times_split(dates, cut, train_size):
+    train, valid = split_documents(docs_with_dates(dates), SplitSpec(split_by="Date", split_at=cut))
+    assert len(train) == train_size and len(valid) == len(dates) - train_size
+
+
+def test_month_first_date_times_that_also_read_day_first_warn(caplog):
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):
+        train, valid = split_documents(docs_with_dates(["01/02/2020 3:15 PM", "02/03/2020 3:15 PM"]),
+                                       SplitSpec(split_by="Date", split_at="2020-01-15"))
+    assert len(train) == len(valid) == 1  # month first: January 2, February 3
+    assert "read as month/day/year (%m/%d/%Y %I:%M %p); every value also reads as day/month/year" in caplog.text
+
+
+def test_a_date_column_mixing_offsets_and_none_warns(caplog):
+    mixed = docs_with_dates(["2020-01-01T20:00:00", "2020-01-02T20:00:00-05:00", "2020-01-03T20:00:00"])
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):
+        train, valid = split_documents(mixed, SplitSpec(split_by="date", split_at="2020-01-03"))
+    assert [d.split_value for d in valid] == ["2020-01-02T20:00:00-05:00", "2020-01-03T20:00:00"]  # 01:00 UTC, 3rd
+    assert caplog.text.count("mixes dates with a time-zone offset") == 1
+    caplog.clear()
+    aware = docs_with_dates(["2020-01-01T20:00:00-05:00", "2020-01-03T20:00:00-05:00"])
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):
+        train, valid = split_documents(aware, SplitSpec(split_by="date", split_at="2020-01-03"))
+    assert "mixes" not in caplog.text and len(train) == len(valid) == 1
+    assert ("'2020-01-01T20:00:00-05:00' is 2020-01-02 01:00:00), and split_at '2020-01-03', without one, as UTC"
+            in caplog.text)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):  # "Z" is UTC: nothing moves
+        split_documents(docs_with_dates(["2020-01-01T20:00:00Z", "2020-01-03T20:00:00Z"]),
+                        SplitSpec(split_by="date", split_at="2020-01-03"))
+    assert "time-zone offset" not in caplog.text
+
+
+def test_a_json_file_that_is_one_object_is_named(tmp_path):
+    wrapped = write(tmp_path / "w.json", '{\n "data": [\n  {"text": "a 1"},\n  {"text": "b 2"}\n ]\n}\n')
+    columns = write(tmp_path / "c.json", '{"day": ["2020-01-01", "2020-01-02"], "price": [1.5, 2.5]}\n')
+    for path in (wrapped, columns):
+        with pytest.raises(ValueError, match=r"\.json: the file is one JSON object, not one per line \(JSON Lines\); "
+                                             r"write one record per line, e.g\. pandas to_json\(orient=\"records\", "
+                                             r"lines=True\)"):
+            read_documents(DataSource(path=path, template="On {day} {price}", target="price"))
+    one = write(tmp_path / "one.jsonl", '{"day": "2020-01-01", "price": 1.5}\n')  # one record stays one record
+    assert read_documents(DataSource(path=one, template="On {day} {price}", target="price"))[0].target_value == 1.5
+
+
+def test_a_bang_in_a_template_field_name_is_explained():
+    with pytest.raises(ValueError, match=r"template 'On \{date\}: \{Price!\}\.' is not a valid format string: "
+                                         r".*; a '!' in a field name starts a conversion \(!r, !s, !a\): rename"):
+        template_fields("On {date}: {Price!}.")

@@ -4,7 +4,9 @@ separators, and an unquoted YAML date as ``split_at`` (`causal_qwen.training.dat
 from __future__ import annotations
 
 import datetime
+import gzip
 import logging
+import re
 
 import pytest
 
@@ -182,3 +184,111 @@ def test_eval_data_skips_the_rows_training_skipped(tmp_path):
     with pytest.raises(ValueError, match="does not read the target field 'sold'"):
         load_documents(EvalData(**spec))
     assert len(load_documents(EvalData(**spec, skip_bad_rows=True))) == 39
+
+
+def test_a_guessed_numeric_field_writes_its_text_cells_as_text_beside_a_target(tmp_path, caplog):
+    """A context field guessed numeric (``12``, ``13``, ``12 Pro``) writes a cell that is no number as its text and
+    says so once; the field keeps its numbers' spelling. A field the config lists in numeric_fields, or the target,
+    still stops at such a cell, saying why it must be a number."""
+    path = tmp_path / "phones.csv"
+    path.write_text("day,model,sold\n2024-01-01,12,20.5\n2024-01-02,13,21\n2024-01-03,12 Pro,22\n", encoding="utf-8")
+    template = "On {day} the model {model} sold {sold}."
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(DataSource(path=str(path), template=template, target="sold"))
+    assert [doc.text for doc in docs][1:] == ["On 2024-01-02 the model 13 sold 21.",
+                                              "On 2024-01-03 the model 12 Pro sold 22."]
+    assert [doc.target_value for doc in docs] == [20.5, 21.0, 22.0]
+    assert "1 of 3 rows hold text in the field 'model', whose other cells are numbers (such as '12 Pro')" in caplog.text
+    with pytest.raises(ValueError, match=r"row 3 \(line 4\): template field 'model' holds '12 Pro', which is not a "
+                                         r"number \(numeric_fields lists it\)"):
+        read_documents(DataSource(path=str(path), template=template, target="sold", numeric_fields=["model", "sold"]))
+    path.write_text("day,model,sold\n2024-01-01,12,20.5\n2024-01-02,13,21\n2024-01-03,12,n/a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 3 \(line 4\): template field 'sold' holds 'n/a', which is not a "
+                                         r"number \(it is the target\)"):
+        read_documents(DataSource(path=str(path), template=template, target="sold"))
+
+
+def test_numbers_with_three_digits_after_a_dot_warn_of_thousands_dots_and_a_decimal_comma_is_named(tmp_path, caplog):
+    path = tmp_path / "shop.csv"
+    path.write_text("day,sold\n2024-01-01,2.078\n2024-01-02,2.474\n2024-01-03,1.980\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(DataSource(path=str(path), template="On {day} it sold {sold}.", target="sold"))
+    assert docs[0].target_value == 2.078  # read as written, but said
+    assert caplog.text.count("three digits after a dot") == 1
+    assert "the field 'sold' has three digits after a dot (such as '2.078', read as 2.078)" in caplog.text
+    assert "write the numbers without it (2078)" in caplog.text
+    caplog.clear()
+    path.write_text(shop_csv(), encoding="utf-8")  # 20.0, 20.3, ...: no warning
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        read_documents(shop_source(path))
+    assert "three digits after a dot" not in caplog.text
+    path.write_text(shop_csv(sold={1: '"2.078,0"'}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 2 \(line 3\): .*'sold' holds '2.078,0', which is not a number; decimal "
+                                         r"commas are not read in data cells"):
+        read_documents(shop_source(path))
+
+
+def test_a_text_file_holding_a_table_and_a_compressed_file_name_the_fix(tmp_path):
+    table = tmp_path / "shop.txt"
+    table.write_text(shop_csv(3), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"shop\.txt: plain text files have no fields; .*: if the \.txt file holds a "
+                                         r"CSV table \(or JSON Lines\), set data_format: csv \(or jsonl\)"):
+        read_documents(shop_source(table))
+    assert len(read_documents(shop_source(table, format="csv"))) == 3
+    packed = tmp_path / "shop.csv.gz"
+    packed.write_bytes(gzip.compress(shop_csv(3).encode()))
+    with pytest.raises(ValueError, match=r"shop\.csv\.gz: compressed files \(\.gz\) are not read; unpack it first and "
+                                         r"name the file inside \(e\.g\. shop\.csv\)"):
+        read_documents(shop_source(packed))
+
+
+def test_a_format_spec_on_a_text_field_is_a_template_error_before_any_row(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text(shop_csv(), encoding="utf-8")
+    for skip in (False, True):  # not a bad row on every row, which skip_bad_rows would skip into an empty dataset
+        with pytest.raises(ValueError, match=r"shop\.csv: template field '\{day:%B\}': 'day' is a text field \(cells "
+                                             r"such as '2024-01-01' are text, not numbers\) and a format spec .*applies "
+                                             r"to number fields only \(numeric_fields\)"):
+            read_documents(DataSource(path=str(path), template="In {day:%B} it sold {sold}.", target="sold",
+                                      skip_bad_rows=skip))
+    docs = read_documents(DataSource(path=str(path), template="{day:>12}: {sold:.0f}", target="sold"))
+    assert docs[0].text == "  2024-01-01: 20"  # a spec that formats text, and one on a number, stay
+
+
+def test_rows_ending_with_an_empty_cell_past_the_header_are_read(tmp_path):
+    path = tmp_path / "shop.csv"
+    path.write_text("".join(line + ",\n" if i else line + "\n" for i, line in enumerate(shop_csv(5).splitlines())),
+                    encoding="utf-8")
+    docs = read_documents(shop_source(path))
+    assert len(docs) == 5 and docs[0].text == "On 2024-01-01 the shop had 90 visitors and sold 20.0 items."
+    path.write_text(shop_csv(5).replace("2024-01-02,91,20.3", "2024-01-02,91,20.3,x"), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 2 \(line 3\): 4 cells where the header has 3 columns"):
+        read_documents(shop_source(path))
+
+
+@pytest.mark.parametrize(("name", "cause"), [("Temp: max", "a ':' in a field name starts a format spec"),
+                                              ("Price!", r"a '!' in a field name starts a conversion")])
+def test_a_column_with_a_colon_or_a_bang_in_its_name_is_explained(tmp_path, name, cause):
+    path = tmp_path / "w.csv"
+    path.write_text(f"date,{name},price\n2024-01-02,12,10.5\n2024-01-03,9,11.0\n", encoding="utf-8")
+    template = f"On {{date}} it was {{{name}}} and cost {{price}}."
+    with pytest.raises(ValueError, match=rf"w\.csv: template field '\{{{re.escape(name)}\}}': {cause}.* so the column "
+                                         rf"'{re.escape(name)}' cannot be named there; rename the column"):
+        read_documents(DataSource(path=str(path), template=template, target="price"))
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data: {path}\ntemplate: '{template}'\ntarget: '{name}'\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"c\.yaml: target '{re.escape(name)}' cannot be a template field: {cause}.*"
+                                         r"rename the column"):
+        load_train_config(config)
+
+
+def test_json_null_in_a_text_field_is_an_empty_cell_and_in_a_number_field_a_bad_row(tmp_path, caplog):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"note": "ok", "price": 1.5}\n{"note": null, "price": 2.5}\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="causal_qwen.training.data"):
+        docs = read_documents(DataSource(path=str(path), template="({note}) {price}", target="price"))
+    assert [doc.text for doc in docs] == ["(ok) 1.5", "() 2.5"]
+    assert "1 of 2 rows leave the text field 'note' empty" in caplog.text
+    path.write_text('{"note": "ok", "price": 1.5}\n{"note": "ok", "price": null}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"d\.jsonl: line 2: template field 'price' has no value"):
+        read_documents(DataSource(path=str(path), template="({note}) {price}", target="price"))

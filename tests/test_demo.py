@@ -188,3 +188,108 @@ def test_acceptance_is_issue_11s():
         assert [n for n, check in demo.ACCEPTANCE.items() if not check(report)] == [name]
     assert not demo.ACCEPTANCE["num_mdae <= 1.3 x baseline_gradient_boosting_mdae"](
         {**passing, "baseline_gradient_boosting_mdae": None})  # no scikit-learn: not passed
+
+
+# ---- the demo's table, read as training reads it -------------------------------------------------------------
+DAYS = [(f"2020-01-{day:02d}", 1000.0 + 10 * day) for day in range(1, 9)]  # split at 2020-01-06: 5 train, 3 held out
+
+
+def table_file(tmp_path, kind: str):
+    """A data file of `DAYS` (columns date, price) written as ``kind``; returns its path."""
+    if kind == "jsonl":
+        lines = [json.dumps({"date": date, "price": price}) for date, price in DAYS]
+        path = tmp_path / "data.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+    separator, header, cell, prefix = ",", "date,price", "{:g}", b""
+    if kind == "bom":
+        prefix = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8"
+    elif kind == "tsv":
+        separator, header = "\t", "date\tprice"
+    elif kind == "header_space":
+        header = "date, price"
+    elif kind == "dollar":
+        cell = '"${:,.0f}"'
+    lines = [header] + [f"{date}{separator}{cell.format(price)}" for date, price in DAYS]
+    path = tmp_path / ("data.tsv" if kind == "tsv" else "data.csv")
+    path.write_bytes(prefix + ("\n".join(lines) + "\n").encode("utf-8"))
+    return path
+
+
+def demo_settings(tmp_path, data, *extra: str) -> demo.DemoSettings:
+    """The demo's settings from a config of ``data`` (its price forecast, split at 2020-01-06; ``extra`` lines)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("\n".join([f"data: {str(data)!r}", "template: 'On {date} the price was {price} dollars.'",
+                                 "target: price", "split_by: date", "split_at: '2020-01-06'", *extra]) + "\n",
+                      encoding="utf-8")
+    return demo.DemoSettings(out=tmp_path / "out", quick=True, config=config)
+
+
+@pytest.mark.parametrize("kind", ["bom", "tsv", "jsonl", "header_space", "dollar"])
+def test_demo_table_reads_what_training_reads(tmp_path, kind):
+    """A byte-order mark, a .tsv, JSON Lines, ``date, price`` and ``"$1,010"`` cells: `causal-qwen train` reads
+    them all, and so do the demo's table and its baselines (the same rows, columns and numbers)."""
+    from causal_qwen.evaluation.tables import column_values
+
+    path = table_file(tmp_path, kind)
+    rows = demo.read_table(str(path))
+    assert [sorted(row) for row in rows] == [["date", "price"]] * len(DAYS)
+    assert column_values(rows, "price").tolist() == [price for _, price in DAYS]
+    train, held_out = demo.split_rows(rows, "date", "2020-01-06")
+    assert [row["date"] for row in held_out] == [date for date, _ in DAYS[5:]] and len(train) == 5
+    settings = demo_settings(tmp_path, path)
+    documents = demo.held_out_documents(settings)
+    assert [doc.target_value for doc in documents] == column_values(held_out, "price").tolist()
+    result = demo.baseline_metrics(train, held_out, ["date"], "price")
+    assert result["baseline_median_value"] == pytest.approx(1030.0)  # the median of 1010 ... 1050
+
+
+def test_demo_table_names_the_row_of_a_cell_that_is_no_number(tmp_path):
+    from causal_qwen.evaluation.tables import column_values
+
+    path = tmp_path / "data.csv"
+    path.write_text("date,price\n2020-01-01,1\n2020-01-02,n/a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"data\.csv: row 2 \(line 3\): column 'price' holds 'n/a', which is not"):
+        column_values(demo.read_table(str(path)), "price")
+
+
+def test_demo_stops_on_a_bad_table_before_converting(tmp_path, capsys):
+    """A target cell that is no number stops the demo in seconds, naming the file, row and line as training
+    would, before the conversion starts or the output folder is touched."""
+    from causal_qwen.cli import main
+
+    path = table_file(tmp_path, "dollar")
+    path.write_text(path.read_text(encoding="utf-8").replace('"$1,060"', "NA"), encoding="utf-8")
+    demo_settings(tmp_path, path)  # writes config.yaml
+    out = tmp_path / "out"
+    assert main(["demo", "--quick", "--config", str(tmp_path / "config.yaml"), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "data.csv: row 6 (line 7): " in captured.err and "'NA'" in captured.err  # training's own message
+    assert "skip_bad_rows" in captured.err and "[1/7] convert" not in captured.out and not out.exists()
+
+
+def test_demo_skips_the_rows_training_skips(tmp_path):
+    """With ``skip_bad_rows: true`` the demo's table leaves out the rows training skips, so the baselines and the
+    model are scored on the same held-out days."""
+    from causal_qwen.evaluation.tables import column_values, read_training_table
+
+    path = table_file(tmp_path, "csv")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("2020-01-02,1020", "2020-01-02,NA").replace("2020-01-07,1070", "2020-01-07,-"),
+                    encoding="utf-8")
+    settings = demo_settings(tmp_path, path, "skip_bad_rows: true")
+    rows = read_training_table(settings.data_source())
+    assert [row["date"] for row in rows] == [date for date, _ in DAYS if date not in ("2020-01-02", "2020-01-07")]
+    train, held_out = demo.split_rows(rows, settings.split_by, settings.split_at)
+    assert [row.row for row in held_out] == [6, 8]  # the data rows of 2020-01-06 and 2020-01-08
+    documents = demo.held_out_documents(settings)
+    assert [doc.row for doc in documents] == [6, 8]
+    assert [doc.target_value for doc in documents] == column_values(held_out, "price").tolist() == [1060.0, 1080.0]
+    assert len(train) == 4
+    with pytest.raises(ValueError, match=r"data\.csv: row 2 \(line 3\): .*'NA'"):
+        read_training_table(demo_settings(tmp_path, path).data_source())  # without skip_bad_rows: training's error
+
+
+def test_baselines_read_number_cells_with_the_number_grammar():
+    matrix, names = baselines.design_matrix([{"x": "$1,000"}, {"x": "2,500.5"}, {"x": "12%"}], ["x"])
+    assert names == ["intercept", "x"] and matrix[:, 1].tolist() == [1000.0, 2500.5, 12.0]

@@ -29,7 +29,9 @@ def register(subparsers) -> None:
                              "and real sentences in every mode (about 10 minutes for a 0.5B model on 2 CPU cores)")
     parser.add_argument("--config", default=None, metavar="TRAIN.yaml",
                         help="training settings (default examples/seattle_weather_demo.yaml, or "
-                             "examples/seattle_weather.yaml with a real --base; the examples `causal-qwen train` reads)")
+                             "examples/seattle_weather.yaml with a real --base; the examples `causal-qwen train` reads); "
+                             "its data is read and checked as `train` reads it, before the conversion starts, and the "
+                             "baselines are scored on the rows the model is (skip_bad_rows skips the same rows)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the config's, 180; 4 "
                         "with --quick)")
     parser.add_argument("--seed", type=int, default=None, help="random seed of training and generation (default: "

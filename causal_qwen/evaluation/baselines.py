@@ -177,8 +177,8 @@ def fit_group_median(train: Sequence[dict], held_out: Sequence[dict], group: str
     deviation); a group the training rows never show gets the overall median and scale."""
     start = time.perf_counter()
     by_group: dict[str, list[float]] = {}
-    for row in train:
-        by_group.setdefault(row[group], []).append(float(row[target]))
+    for row, value in zip(train, column_values(train, target).tolist()):
+        by_group.setdefault(row[group], []).append(value)
     fitted = {name: laplace_fit(torch.tensor(values, dtype=torch.float64)) for name, values in by_group.items()}
     default = laplace_fit(column_values(train, target))
     pairs = [fitted.get(row[group], default) for row in held_out]
@@ -196,8 +196,9 @@ def fit_last_value(train: Sequence[dict], held_out: Sequence[dict], order: str, 
     the group (the naive forecast's own one-step error); an unseen group gets the overall last value."""
     start = time.perf_counter()
     series: dict[Any, list[tuple[str, float]]] = {}
-    for row in train:
-        series.setdefault(row[group] if group else None, []).append((row[order], float(row[target])))
+    values_train = column_values(train, target).tolist()
+    for row, value in zip(train, values_train):
+        series.setdefault(row[group] if group else None, []).append((row[order], value))
     fitted = {}
     for name, points in series.items():
         values = torch.tensor([value for _, value in sorted(points, key=lambda p: p[0])], dtype=torch.float64)
@@ -205,7 +206,7 @@ def fit_last_value(train: Sequence[dict], held_out: Sequence[dict], order: str, 
         fitted[name] = (float(values[-1]), step)
     steps = [step for _, step in fitted.values() if math.isfinite(step) and step > 0]
     fallback_scale = sum(steps) / len(steps) if steps else 1.0
-    everything = sorted(((row[order], float(row[target])) for row in train), key=lambda p: p[0])
+    everything = sorted(((row[order], value) for row, value in zip(train, values_train)), key=lambda p: p[0])
     default = (everything[-1][1], fallback_scale)
     pairs = [fitted.get(row[group] if group else None, default) for row in held_out]
     pairs = [(point, scale if math.isfinite(scale) and scale > 0 else fallback_scale) for point, scale in pairs]
@@ -270,12 +271,12 @@ def design_matrix(
     return torch.stack(columns, dim=1), names
 
 
-def _as_float(value: str) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+def _as_float(value: Any) -> float | None:
+    """The finite number a cell holds, read as training reads number cells (`parse_cell_number`: ``"$2,078"``,
+    ``"12%"``), or None."""
+    from ..training.data import parse_cell_number
+
+    return parse_cell_number(value)
 
 
 def least_squares(matrix: Tensor, y: Tensor) -> Tensor:

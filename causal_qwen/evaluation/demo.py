@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from . import baselines, metrics
-from .tables import column_values, read_table, require_columns, split_rows
+from .tables import column_values, read_training_table, require_columns, split_rows
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,17 @@ class DemoSettings:
     @property
     def split_at(self) -> str:
         return str(self.training.split_at)
+
+    def data_source(self):
+        """The `causal_qwen.training.data.DataSource` training reads the config's data with (format, numeric fields,
+        ``skip_bad_rows`` and target as the config sets them)."""
+        from ..training.data import DataSource
+
+        config = self.training
+        return DataSource(path=config.data, format=config.data_format, text_field=config.text_field,
+                          template=config.template, numeric_fields=config.numeric_fields,
+                          skip_bad_rows=config.skip_bad_rows, text_unit=config.text_unit, split_by=config.split_by,
+                          target=config.target)
 
     @property
     def real_base(self) -> bool:
@@ -332,10 +343,15 @@ def train(settings: DemoSettings, converted: Path, out: Path, progress: Progress
 
 
 def held_out_documents(settings: DemoSettings):
+    """The held-out `Document`s, read as training read them (`DemoSettings.data_source`): the rows of the held-out
+    side of `read_training_table`'s table, in the same order."""
     from .evaluation import EvalData, load_documents
 
-    spec = EvalData(path=settings.data, template=settings.template, split_by=settings.split_by,
-                    split_at=settings.split_at, max_length=64)
+    source = settings.data_source()
+    numeric = None if source.numeric_fields is None else tuple(source.numeric_fields)
+    spec = EvalData(path=source.path, format=source.format, template=source.template, split_by=source.split_by,
+                    split_at=settings.split_at, max_length=64, numeric_fields=numeric, target=source.target,
+                    skip_bad_rows=source.skip_bad_rows)
     return load_documents(spec)
 
 
@@ -429,22 +445,23 @@ def generate_examples(model, tokenizer, rows: list[dict], settings: DemoSettings
     prefix = settings.template.split("{" + settings.target + "}")[0]
     picked = [rows[int(i)] for i in torch.linspace(0, len(rows) - 1, 3).round().long().unique()]
     prompts = [prefix.format(**row) for row in picked]
+    truths = column_values(picked, settings.target).tolist()  # the picked days' targets, as training reads them
     common = dict(max_new_tokens=settings.generation_tokens)
     records = []
     for mode in ("standard", "traditional"):
         options = dict(seed=settings.seed) if mode == "traditional" else {}
-        for row, result in zip(picked, _generate(model, tokenizer, prompts, mode=mode, **common, **options)):
-            records.append({**_generation_record(result), "true": float(row[settings.target])})
+        for true, result in zip(truths, _generate(model, tokenizer, prompts, mode=mode, **common, **options)):
+            records.append({**_generation_record(result), "true": true})
     common.update(mode="causal", individual_scope="sequence")
     first = _generate(model, tokenizer, prompts[:1], seed=settings.seed, **common)[0]
     individual = first.individual
     replayed = _generate(model, tokenizer, prompts, individual=individual, **common)
-    for row, prompt, result in zip(picked, prompts, replayed):
+    for true, prompt, result in zip(truths, prompts, replayed):
         value = individual_number(model, tokenizer, prompt, individual)
-        records.append({**_generation_record(result), "true": float(row[settings.target]), "replayed_individual": True,
+        records.append({**_generation_record(result), "true": true, "replayed_individual": True,
                         "individual_number": value})
     views = [next_step(model, tokenizer, prompt) for prompt in prompts]
-    records.append({"next_step": [{**view, "true": float(row[settings.target])} for row, view in zip(picked, views)]})
+    records.append({"next_step": [{**view, "true": true} for true, view in zip(truths, views)]})
     again = _generate(model, tokenizer, prompts[:1], individual=individual, **common)[0]
     records.append({"replay_check": {"prompt": prompts[0], "same_text": again.text == first.text}})
     if not settings.real_base:
@@ -556,12 +573,15 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
 
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    out = prepare_output(settings.out)
+    # The table as training reads it, checked before anything slow runs or the output folder changes: the baselines
+    # and the model are scored on the same held-out rows (training's skipped rows left out of both).
     fields = template_fields(settings.template)
-    rows = read_table(settings.data)
+    rows = read_training_table(settings.data_source())
     require_columns(rows, fields + [settings.split_by], settings.data)
     train_rows, held_out_rows = split_rows(rows, settings.split_by, settings.split_at)
+    true_values = column_values(held_out_rows, settings.target)  # (R,)
     predictors = [name for name in fields if name != settings.target]
+    out = prepare_output(settings.out)
 
     def stage(name: str, begin: float) -> None:
         timings[name] = round(time.perf_counter() - begin, 2)
@@ -585,7 +605,6 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
     model = load_causal_model(result.final_dir, device=settings.device, dtype=settings.dtype).eval()
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
     documents = held_out_documents(settings)
-    true_values = column_values(held_out_rows, settings.target)  # (R,)
     evaluated = evaluate_model(model, tokenizer, documents, settings, true_values)
     stage("evaluate", begin)
 

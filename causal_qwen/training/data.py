@@ -14,16 +14,17 @@ Sources (``DataSource.path``; ``vega:NAME`` names a file shipped with the ``vega
 
 Template fields that hold numbers (``numeric_fields``, or inferred: the fields whose values are mostly
 numbers) are checked on every row; a row with a non-numeric value there raises ``ValueError`` naming the
-file and row, or is skipped with a warning when ``skip_bad_rows`` is set. A numeric cell is written into the
-text as the file spells it (``"12.80"`` stays ``"12.80"``), so the tokenizer reads the same float64 value and
-keeps the same string. A numeric cell the tokenizer does not read, in the filled text, as that one number (a
-cell it reads as text, ``"007"``, ``"2024-03-15"``, a 16-digit id; as several numbers; or glued to the template's
-text around it, ``"v{x}"``) is logged once per field (docs/number_grammar.md); in the ``target`` field it is a
-bad row, since the model would never see the number it is scored on. A numeric cell may also be written the
-way the number grammar reads it (``"29,900"``, ``"29.9%"``): see `parse_cell_number`.
+file and row, or is skipped with a warning when ``skip_bad_rows`` is set; but beside a ``target``, a field that was
+only guessed numeric writes such a cell as its text (``"12 Pro"``; `TemplateRenderer`), counted in one warning. A
+numeric cell is written into the text as the file spells it (``"12.80"`` stays ``"12.80"``), so the tokenizer reads
+the same float64 value and keeps the same string. A numeric cell the tokenizer does not read, in the filled text,
+as that one number (a cell it reads as text, ``"007"``, ``"2024-03-15"``, a 16-digit id; as several numbers; or glued
+to the template's text around it, ``"v{x}"``) is logged once per field (docs/number_grammar.md); in the ``target``
+field it is a bad row, since the model would never see the number it is scored on. A numeric cell may also be
+written the way the number grammar reads it (``"29,900"``, ``"29.9%"``): see `parse_cell_number`.
 
 Files are read as UTF-8 text; a leading byte-order mark (Excel's "CSV UTF-8") is dropped, and a file that is
-not UTF-8 raises ``ValueError`` naming the file and line.
+not UTF-8 raises ``ValueError`` naming the file and line, as does a compressed one (``data.csv.gz``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import json
 import logging
 import math
 import random
+import re
 import string
 import unicodedata
 from dataclasses import dataclass
@@ -131,7 +133,9 @@ def template_fields(template: str) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as error:
-        raise ValueError(f"template {template!r} is not a valid format string: {error}") from error
+        bang = re.search(r"\{[^{}:!]*!(?![rsa](?:[}:]|$))", template)  # '{Price!}': not a conversion '{x!r}'
+        hint = "; a '!' in a field name starts a conversion (!r, !s, !a): rename the column without '!'" if bang else ""
+        raise ValueError(f"template {template!r} is not a valid format string: {error}{hint}") from error
     for _, name, _, _ in parsed:
         if name is None:
             continue
@@ -192,6 +196,16 @@ def _grammar_number(text: str) -> float | None:
     return span.value if math.isfinite(span.value) else None
 
 
+def not_a_number_hint(value: Any) -> str:
+    """Why a cell that looks like a number is none (``""`` when there is nothing to add): a decimal comma
+    (``"2.078,0"``, ``"3,5"``), which the number grammar's default mode, the one data cells are read with, takes
+    for a thousands separator or a list separator."""
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d{1,3}(\.\d{3})*,\d+|[+-]?\d+,\d+", value.strip()):
+        return ("; decimal commas are not read in data cells (',' separates thousands or numbers there): write "
+                "the number with a decimal point and no thousands dots (2078.0 for 2.078,0)")
+    return ""
+
+
 def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> list[str]:
     """Template fields whose non-empty values are mostly (more than half) numbers (`parse_cell_number`)."""
     numeric = []
@@ -205,9 +219,17 @@ def infer_numeric_fields(rows: Sequence[dict[str, Any]], fields: Sequence[str]) 
 class TemplateRenderer:
     """Fills ``template`` from a row, checking that ``numeric_fields`` hold numbers and that the tokenizer reads
     each of them, in the filled text, as the one number the field renders (`number_read_at`; a field that fails is
-    logged once and not checked again)."""
+    logged once and not checked again).
 
-    def __init__(self, template: str, numeric_fields: Sequence[str]) -> None:
+    ``text_fallback``: numeric fields that were only guessed (`infer_numeric_fields`) and are not the target; a
+    non-empty cell there that is not a number (``"12 Pro"`` among model numbers, ``"N/A"`` among zip codes) is
+    written as the text it is and counted in `text_cells`, not a bad row: the field stays numeric for its number
+    cells (their spelling kept, the tokenizer's reading checked), and a row is not lost for a context cell. An empty
+    cell, or a template format spec on the field (``{x:.1f}`` cannot format text), still makes a bad row.
+    ``numeric_reasons``: per field, why it is numeric (named in a bad row's message)."""
+
+    def __init__(self, template: str, numeric_fields: Sequence[str], text_fallback: Sequence[str] = (),
+                 numeric_reasons: dict[str, str] | None = None) -> None:
         self.template = template
         self.fields = template_fields(template)
         unknown = [f for f in numeric_fields if f not in self.fields]
@@ -222,20 +244,30 @@ class TemplateRenderer:
         self._places = {field: template_place(template, field) for field in self.numeric_fields}
         self._warned: set[str] = set()
         self.empty_cells: dict[str, int] = {}  # text field → rows that left it empty (filled with "")
+        self.text_fallback = [f for f in text_fallback if f in self.numeric_fields and f not in self._formatted_fields]
+        self.text_cells: dict[str, list[str]] = {}  # text_fallback field → the non-number cells written as text
+        self.numeric_reasons = dict(numeric_reasons or {})
 
     def fill(self, row: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
         """``(text, values)``: the filled template and the value each field was filled with."""
-        values = {}
+        values, as_text = {}, set()
         for field in self.fields:
             value = row.get(field)
+            if value is None and field in row and field not in self.numeric_fields:
+                value = ""  # JSON null in a text field: an empty cell
             if value is None or (isinstance(value, str) and not value.strip() and field in self.numeric_fields):
                 raise BadRow(f"{where}: template field '{field}' has no value")
             if isinstance(value, str) and not value.strip():
                 self.empty_cells[field] = self.empty_cells.get(field, 0) + 1
             if field in self.numeric_fields:
                 number = parse_cell_number(value)
-                if number is None:
-                    raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number")
+                if number is None and field in self.text_fallback and isinstance(value, str):
+                    self.text_cells.setdefault(field, []).append(value)
+                    as_text.add(field)
+                elif number is None:
+                    reason = self.numeric_reasons.get(field)
+                    raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number"
+                                 f"{not_a_number_hint(value)}" + (f" ({reason})" if reason else ""))
                 # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
                 value = number if field in self._formatted_fields else str(value).strip()
             values[field] = value
@@ -243,7 +275,7 @@ class TemplateRenderer:
             text = self.template.format_map(values)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
             raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
-        unchecked = [field for field in self.numeric_fields if field not in self._warned]
+        unchecked = [field for field in self.numeric_fields if field not in self._warned and field not in as_text]
         spans = _number_spans(text) if unchecked else []
         for field in unchecked:
             if number_read_at(spans, values, *self._places[field]) is None:
@@ -301,11 +333,13 @@ def read_documents(source: DataSource) -> list[Document]:
     if source.text_unit not in TEXT_UNITS:
         raise ValueError(f"text_unit must be one of {TEXT_UNITS}, got {source.text_unit!r}")
     path = resolve_data_path(source.path)
+    _check_not_compressed(path)
     data_format = detect_format(path, source.format)
     if data_format == "text":
         if source.template is not None or source.split_by is not None or source.target is not None:
             raise ValueError(f"{path}: plain text files have no fields; template, split_by and target need JSONL or "
-                             "CSV data")
+                             f"CSV data: if the {path.suffix or 'suffix-less'} file holds a CSV table (or JSON Lines), "
+                             "set data_format: csv (or jsonl)")
         documents = list(_read_text(path, source.text_unit))
     else:
         rows = _read_jsonl_rows(path, source.skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
@@ -314,6 +348,30 @@ def read_documents(source: DataSource) -> list[Document]:
         raise ValueError(f"{path}: the dataset is empty (no documents were read)")
     logger.info("read %d documents from %s", len(documents), path)
     return documents
+
+
+def read_rows(spec: str, data_format: str = "auto", skip_bad_rows: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of the CSV/TSV or JSON Lines file ``spec`` (a path or ``vega:NAME``) as `read_documents` reads them
+    (format by `detect_format`, byte-order mark dropped, header names stripped, tabs in a ``.tsv``): ``(line, row)``
+    pairs, ``line`` the 1-based line the row starts on, ``row`` the column → cell dictionary; ``ValueError`` for a
+    plain text file, a repeated column name, a JSONL line that is not an object (skipped with ``skip_bad_rows``)."""
+    path = resolve_data_path(spec)
+    _check_not_compressed(path)
+    data_format = detect_format(path, data_format)
+    if data_format == "text":
+        raise ValueError(f"{path}: plain text files have no columns; a table needs JSONL or CSV data (set data_format: "
+                         "csv or jsonl for a table in a file of another suffix)")
+    return _read_jsonl_rows(path, skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
+
+
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip", ".zst", ".7z")
+
+
+def _check_not_compressed(path: Path) -> None:
+    """``ValueError`` for a compressed file (``data.csv.gz``), which the readers do not unpack."""
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
+        raise ValueError(f"{path}: compressed files ({path.suffix}) are not read; unpack it first and name the file "
+                         f"inside (e.g. {path.stem})")
 
 
 def read_utf8_text(path: Path) -> str:
@@ -360,6 +418,8 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
                 if not rows and _one_json_array(text):
                     raise ValueError(f"{path}: the file is one JSON array, not JSON Lines (one JSON object per line); "
                                      "write each record on a line of its own (e.g. jq -c '.[]')") from None
+                if not rows and _one_json_object(text):
+                    raise ValueError(_ONE_OBJECT.format(path=path)) from None
                 message = f"{path}: line {number} is not valid JSON ({error})"
             else:
                 if not isinstance(record, dict):
@@ -370,7 +430,30 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
                 logger.warning("skipping: %s", message)
             else:
                 raise BadRow(message)
+    if len(rows) == 1 and _columns_of_values(rows[0][1]):
+        raise ValueError(_ONE_OBJECT.format(path=path))
     return rows
+
+
+_ONE_OBJECT = ("{path}: the file is one JSON object, not one per line (JSON Lines); write one record per line, "
+               "e.g. pandas to_json(orient=\"records\", lines=True)")
+
+
+def _one_json_object(text: str) -> bool:
+    """Whether ``text`` is one JSON object written over several lines (``{"data": [...]}`` pretty-printed)."""
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _columns_of_values(record: dict[str, Any]) -> bool:
+    """Whether a JSON object holds a table by columns (pandas' ``{"col": [...], ...}`` or ``{"col": {"0": ...}}``):
+    every value a list or an object, one of them with more than one entry."""
+    return bool(record) and all(isinstance(value, (list, dict)) for value in record.values()) \
+        and any(len(value) > 1 for value in record.values())
 
 
 def _one_json_array(text: str) -> bool:
@@ -409,17 +492,7 @@ def _rows_to_documents(
     columns = _csv_columns(path) if is_csv else None
     renderer = None
     if source.template is not None:
-        fields = template_fields(source.template)
-        if columns is not None:
-            _check_dotted_columns(path, columns, source.template)
-            _check_columns(path, columns, fields, what="template field")
-        numeric = (
-            list(source.numeric_fields)
-            if source.numeric_fields is not None
-            else infer_numeric_fields([row for _, row in rows], fields)
-        )
-        renderer = TemplateRenderer(source.template, numeric)
-        logger.info("%s: template fields %s, numeric %s", path, fields, numeric)
+        renderer = _template_renderer(path, rows, source, columns)
     elif columns is not None:
         _check_columns(path, columns, [source.text_field], what="text column (set a template or text_field)")
     if source.split_by is not None and columns is not None:
@@ -447,16 +520,89 @@ def _rows_to_documents(
                                   target_ordinal=ordinal, target_value=value))
     if skipped:
         logger.warning("%s: skipped %d bad rows of %d", path, skipped, len(rows))
-    for field, count in (renderer.empty_cells if renderer is not None else {}).items():
+    if renderer is not None:
+        _warn_about_cells(path, renderer, rows)
+    return documents
+
+
+def _template_renderer(path: Path, rows: list[tuple[int, dict[str, Any]]], source: DataSource,
+                       columns: list[str] | None) -> TemplateRenderer:
+    """The `TemplateRenderer` of ``source.template`` after the checks that concern every row (the template's names
+    against the columns, format specs against the fields' cells): ``numeric_fields`` as listed, or guessed
+    (`infer_numeric_fields`); with a target, a guessed field other than the target writes its non-number cells as
+    text (`TemplateRenderer`'s ``text_fallback``)."""
+    names = columns if columns is not None else list(rows[0][1]) if rows else []
+    _check_dotted_columns(path, names, source.template)
+    fields = template_fields(source.template)
+    if columns is not None:
+        _check_columns(path, columns, fields, what="template field")
+    listed = source.numeric_fields is not None
+    numeric = list(source.numeric_fields) if listed else infer_numeric_fields([row for _, row in rows], fields)
+    _check_format_specs(path, source.template, numeric, rows)
+    reasons = {field: "numeric_fields lists it" if listed else
+               "most of its cells are numbers, so it is read as a numeric field; numeric_fields names them yourself"
+               for field in numeric}
+    if source.target in reasons:
+        reasons[source.target] = "it is the target"
+    fallback = [field for field in numeric if not listed and source.target is not None and field != source.target]
+    logger.info("%s: template fields %s, numeric %s", path, fields, numeric)
+    return TemplateRenderer(source.template, numeric, text_fallback=fallback, numeric_reasons=reasons)
+
+
+def _check_format_specs(path: Path, template: str, numeric: Sequence[str],
+                        rows: list[tuple[int, dict[str, Any]]]) -> None:
+    """``ValueError`` for a format spec on a text field that cannot format its text (``{date:%B}``): it would fail on
+    every row; a spec formats the number of a numeric field (``{price:.1f}``)."""
+    for _, name, spec, _ in string.Formatter().parse(template):
+        field = None if name is None else name.split(".")[0].split("[")[0]
+        if not spec or field in numeric:
+            continue
+        sample = next((row[field] for _, row in rows if isinstance(row.get(field), str)), None)
+        try:
+            if sample is not None:
+                format(sample, spec)
+        except (ValueError, TypeError):
+            raise ValueError(f"{path}: template field '{{{name}:{spec}}}': '{field}' is a text field (cells such as "
+                             f"{sample!r} are text, not numbers) and a format spec such as ':{spec}' applies to number "
+                             f"fields only (numeric_fields); drop ':{spec}' from the template") from None
+
+
+def _warn_about_cells(path: Path, renderer: TemplateRenderer, rows: list[tuple[int, dict[str, Any]]]) -> None:
+    """One warning per field for the cells a template wrote but the reader had doubts about: text fields left empty
+    (or JSON null), non-number cells of a guessed numeric field written as text, numbers with a dot that may
+    separate thousands (`_thousands_dot_example`)."""
+    for field, count in renderer.empty_cells.items():
         logger.warning("%s: %d of %d rows leave the text field '%s' empty; the template writes nothing there "
                        "(fill the cells, or drop the field from the template)", path, count, len(rows), field)
-    return documents
+    for field, cells in renderer.text_cells.items():
+        logger.warning("%s: %d of %d rows hold text in the field '%s', whose other cells are numbers (such as %r); "
+                       "the template writes it as text (numeric_fields names the numeric fields yourself)",
+                       path, len(cells), len(rows), field, cells[0])
+    for field in renderer.numeric_fields:
+        example = _thousands_dot_example([row.get(field) for _, row in rows])
+        if example is not None:
+            grouped = example.replace(".", "")
+            logger.warning("%s: every number of the field '%s' has three digits after a dot (such as %r, read as %s); "
+                           "if the dot separates thousands (%s), write the numbers without it (%s) or with a comma "
+                           "(\"%s\")", path, field, example, example, grouped, grouped, example.replace(".", ","))
+
+
+def _thousands_dot_example(cells: Sequence[Any]) -> str | None:
+    """The first text cell when every number cell among ``cells`` is written with a dot and three digits after it
+    and nothing else (``"2.078"``), which may be a European thousands separator; else None."""
+    written = [cell.strip() for cell in cells if isinstance(cell, str) and parse_cell_number(cell) is not None]
+    if written and all(re.fullmatch(r"[+-]?[1-9]\d{0,2}\.\d{3}", cell) for cell in written):
+        return written[0]
+    return None
 
 
 def _check_row_width(row: dict[Any, Any], width: int, where: str) -> None:
     """`BadRow` for a CSV row with more or fewer cells than the header has columns. ``csv.DictReader`` files extra
     cells under the key None and fills missing ones with None: read as they are, an unquoted ``1,234.5`` would shift
-    every later value one column along without a word."""
+    every later value one column along without a word. Empty cells past the header's columns (rows that end with
+    ``,``, as some exports write them) are dropped from ``row``: they hold nothing to shift."""
+    if row.get(None) is not None and not any(str(cell).strip() for cell in row[None]):
+        del row[None]
     extra = row.get(None)
     cells = width + len(extra) if extra else sum(value is not None for key, value in row.items() if key is not None)
     if cells != width:
@@ -477,7 +623,8 @@ class TargetLocator:
         (the model would never see the target)."""
         value = parse_cell_number(row.get(self.target))
         if value is None:
-            raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a number")
+            raise BadRow(f"{where}: target field '{self.target}' holds {row.get(self.target)!r}, which is not a "
+                         f"number{not_a_number_hint(row.get(self.target))}")
         spans = _number_spans(text)
         ordinal = number_read_at(spans, values, *self.place)
         if ordinal is None:
@@ -512,16 +659,29 @@ def _column_names(header: Sequence[str]) -> list[str]:
 
 
 def _check_dotted_columns(path: Path, columns: list[str], template: str) -> None:
-    """``ValueError`` for a placeholder naming a column with ``.`` or ``[`` in its name (``{Adj. Close}``), which a
-    format string reads as an attribute or an index of another field (``Adj``)."""
+    """``ValueError`` for a placeholder naming a column with ``:`` or ``!`` in its name (``{Temp: max}``,
+    ``{Price!}``), which a format string reads as a format spec or a conversion of another field, or with ``.`` or
+    ``[`` (``{Adj. Close}``), read as an attribute or an index of another field (``Adj``)."""
+    for column in columns:
+        if any(char in column for char in ":!") and any(f"{{{column}{end}" in template for end in "}:!"):
+            raise ValueError(f"{path}: template field '{{{column}}}': {dotted_name_problem(column)}")
     for _, name, _, _ in string.Formatter().parse(template):
         if name is not None and name in columns and name.split(".")[0].split("[")[0] not in columns:
             raise ValueError(f"{path}: template field '{{{name}}}': {dotted_name_problem(name)}")
 
 
 def dotted_name_problem(name: str) -> str:
-    """Why a column ``name`` holding ``.`` or ``[`` (``Adj. Close``, R's ``Petal.Length``) cannot be a template
-    field, and what to do."""
+    """Why a column ``name`` holding ``:`` or ``!`` (``Temp: max``, ``Price!``), ``.`` or ``[`` (``Adj. Close``, R's
+    ``Petal.Length``) cannot be a template field, and what to do."""
+    marks = [char for char in name if char in ":!"]
+    if marks and marks[0] == ":":
+        return (f"a ':' in a field name starts a format spec in a format string ('{{{name}}}' formats the field "
+                f"'{name.split(':')[0]}' with '{name.split(':', 1)[1]}'), so the column '{name}' cannot be named "
+                "there; rename the column in the file (e.g. without ':')")
+    if marks:
+        return (f"a '!' in a field name starts a conversion (!r, !s, !a) of the field '{name.split('!')[0]}' in a "
+                f"format string, so the column '{name}' cannot be named there; rename the column in the file "
+                "(e.g. without '!')")
     return (f"a '.' or '[' in a field name reads an attribute or index of the field before it "
             f"('{name.split('.')[0].split('[')[0]}') in a format string, so the column '{name}' cannot be named "
             "there; rename the column in the file (e.g. without '.' and '[')")
@@ -617,15 +777,17 @@ def _split_by_value(documents: list[Document], spec: SplitSpec) -> tuple[list[Do
 
 
 # Date spellings a split column may use, tried in this order; the first that reads every value of the column
-# is the column's format (so "01/02/2009" is month/day when every value reads that way).
+# is the column's format (so "01/02/2009" is month/day when every value reads that way, with a time or without).
 DATE_FORMATS = (
     "%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
     "%Y-%m-%dT%H:%M", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%d-%m-%Y",
-    "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y", "%d-%b-%y", "%m/%d/%y",
-    "%d/%m/%y", "%Y-%m", "%Y/%m", "%m/%Y", "%m-%Y", "%b %Y", "%B %Y",
+    "%m/%d/%Y %I:%M %p", "%d/%m/%Y %I:%M %p", "%m/%d/%Y %I:%M:%S %p", "%d/%m/%Y %I:%M:%S %p",  # Excel's date-times
+    "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S", "%d.%m.%Y %H:%M",
+    "%d.%m.%Y %H:%M:%S", "%a, %d %b %Y", "%b %d %Y", "%b %d, %Y", "%B %d %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y",
+    "%d-%b-%Y", "%d-%b-%y", "%m/%d/%y", "%d/%m/%y", "%Y-%m", "%Y/%m", "%m/%Y", "%m-%Y", "%b %Y", "%B %Y",
 )
-DATE_EXAMPLES = ("2015-01-31, 2015/01/31 18:00, 01/31/2015, 31.01.2015, Jan 31 2015, 31 January 2015, 31-Jan-15, "
-                 "2015-01, 01/2015, January 2015")
+DATE_EXAMPLES = ("2015-01-31, 2015/01/31 18:00, 01/31/2015, 01/31/2015 6:00 PM, 31.01.2015, Jan 31 2015, "
+                 "31 January 2015, 31-Jan-15, 2015-01, 01/2015, January 2015")
 """Spellings `DATE_FORMATS` reads, one of a kind each, for error messages (`DATE_FORMATS` holds them all)."""
 
 
@@ -640,13 +802,13 @@ class SplitKey:
 
     def __call__(self, value: Any) -> Any:
         if self.kind == "number":
-            return parse_number(value)
+            return parse_cell_number(value)
         return parse_date(value, (self.date_format,))
 
     def parse_cut(self, split_at: Any) -> Any:
         """``split_at`` as a key (a date in the column's format or any format of `DATE_FORMATS`)."""
         if self.kind == "number":
-            number = parse_number(split_at)
+            number = parse_cell_number(split_at)
             if number is None:
                 raise ValueError(f"split_at {split_at!r} is not a number, but split_by column '{self.column}' "
                                  "holds numbers")
@@ -666,7 +828,8 @@ class SplitKey:
 
 def parse_date(value: Any, formats: Sequence[str]) -> datetime.datetime | None:
     """``value`` (text, `datetime.date` or `datetime.datetime`) as a naive UTC datetime, trying ``formats`` in
-    order; None when none reads it."""
+    order; None when none reads it. A value with a time-zone offset is converted to UTC (``20:00-05:00`` is 01:00
+    the next day); one without is taken as it is written."""
     if isinstance(value, datetime.datetime):
         return _naive_utc(value)
     if isinstance(value, datetime.date):
@@ -696,11 +859,14 @@ def _example_date(date_format: str | None) -> str:
 
 
 def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence[str] | None = None) -> SplitKey:
-    """The `SplitKey` of a split column: numbers when every value (and ``split_at``) is one, else dates in the
-    first format of `DATE_FORMATS` that reads every value. ``ValueError`` naming the row (``where[i]``) and
-    value that is neither, rather than a text comparison."""
-    if all(parse_number(v) is not None for v in values):
-        if split_at is None or parse_number(split_at) is not None or parse_date(split_at, DATE_FORMATS) is None:
+    """The `SplitKey` of a split column: numbers when every value (and ``split_at``) is one, read as template cells
+    are (`parse_cell_number`: ``"1,000"`` is 1000), else dates in the first format of `DATE_FORMATS` that reads
+    every value. ``ValueError`` naming the row (``where[i]``) and value that is neither, rather than a text
+    comparison. Dates with a time-zone offset (``2020-01-01T20:00:00-05:00``) compare as their UTC time (here
+    2020-01-02 01:00), and dates without one as if they were UTC, so a date-only ``split_at`` cuts at midnight UTC;
+    a column that mixes the two is logged (`_warn_if_mixed_offsets`)."""
+    if all(parse_cell_number(v) is not None for v in values):
+        if split_at is None or parse_cell_number(split_at) is not None or parse_date(split_at, DATE_FORMATS) is None:
             return SplitKey(column, "number")
         raise ValueError(f"split_at {split_at!r} is a date, but split_by column '{column}' holds numbers (such as "
                          f"{values[0]!r}); give split_at as a number of that column (a year: 2023)")
@@ -713,17 +879,18 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
             count += 1
         if count == len(values):
             _warn_if_ambiguous(values, date_format, column)
+            _warn_if_mixed_offsets(values, column, split_at)
             return SplitKey(column, "date", date_format)
         if count > best_count:
             best, best_count = date_format, count
     index = best_count if best_count >= 0 else 0
-    if best_count == 0 and parse_number(values[0]) is not None:  # a column of numbers with something else in it
-        index = next(i for i, value in enumerate(values) if parse_number(value) is None)
+    if best_count == 0 and parse_cell_number(values[0]) is not None:  # numbers with something else among them
+        index = next(i for i, value in enumerate(values) if parse_cell_number(value) is None)
         place = where[index] if where is not None else f"value {index + 1}"
         raise ValueError(f"{place}: split_by column '{column}' holds {values[index]!r}, which is not a number like "
                          f"the rows before it ({values[0]!r}); split_by needs a column of numbers or dates")
     place = where[index] if where is not None else f"value {index + 1}"
-    if best_count == 0 and parse_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
+    if best_count == 0 and parse_cell_number(values[0]) is None and parse_date(values[0], DATE_FORMATS) is None:
         raise ValueError(f"{place}: split_by column '{column}' holds {values[0]!r}, which is neither a number nor "
                          f"a date; split_by needs a column of numbers or dates (dates written like "
                          f"{DATE_EXAMPLES}, or ISO 8601)")
@@ -745,8 +912,38 @@ def _spelling(value: Any) -> str:
     return "ISO 8601"
 
 
+def _warn_if_mixed_offsets(values: Sequence[Any], column: str, split_at: Any = None) -> None:
+    """Log once when some of a date column's values carry a time-zone offset and others do not, or when they all do
+    and ``split_at`` does not: the offsets are converted to UTC and the others taken as UTC already (`parse_date`),
+    which may move a row to the other side of the cut."""
+    offsets = [_utc_offset(value) for value in values]
+    aware = [offset is not None for offset in offsets]
+    if any(aware) and not all(aware):
+        logger.warning("split_by column '%s' mixes dates with a time-zone offset (such as %r) and dates without one "
+                       "(such as %r); offsets are converted to UTC and the others compared as if UTC: write every "
+                       "value the same way", column, values[aware.index(True)], values[aware.index(False)])
+    shifted = [value for value, offset in zip(values, offsets) if offset]  # an offset other than UTC's ("Z")
+    if all(aware) and shifted and split_at is not None and _utc_offset(split_at) is None:
+        logger.warning("split_by column '%s' holds dates with a time-zone offset, compared as their UTC time (%r is "
+                       "%s), and split_at %r, without one, as UTC: give split_at an offset to cut at another time",
+                       column, shifted[0], parse_date(shifted[0], ()).isoformat(sep=" "), split_at)
+
+
+def _utc_offset(value: Any) -> datetime.timedelta | None:
+    """The time-zone offset a date value carries (a `datetime.datetime` with ``tzinfo``, ISO text with ``Z`` or
+    ``+hh:mm``), or None."""
+    if isinstance(value, datetime.datetime):
+        return value.utcoffset()
+    try:
+        return datetime.datetime.fromisoformat(" ".join(value.split())).utcoffset() if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> None:
-    swapped = {"%m/%d/%Y": "%d/%m/%Y", "%m/%d/%y": "%d/%m/%y"}.get(date_format)
+    swapped = {"%m/%d/%Y": "%d/%m/%Y", "%m/%d/%y": "%d/%m/%y", "%m/%d/%Y %I:%M %p": "%d/%m/%Y %I:%M %p",
+               "%m/%d/%Y %I:%M:%S %p": "%d/%m/%Y %I:%M:%S %p", "%m/%d/%Y %H:%M": "%d/%m/%Y %H:%M",
+               "%m/%d/%Y %H:%M:%S": "%d/%m/%Y %H:%M:%S"}.get(date_format)
     if swapped and all(parse_date(v, (swapped,)) is not None for v in values):
         logger.warning("split_by column '%s': dates such as %r read as month/day/year (%s); every value also "
                        "reads as day/month/year", column, values[0], date_format)

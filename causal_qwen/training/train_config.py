@@ -316,8 +316,14 @@ class TrainConfig:
         if self.target is not None:
             from .data import dotted_name_problem, template_fields
 
-            fields = template_fields(self.template)
-            if self.target not in fields and ("." in self.target or "[" in self.target):
+            named = any(char in self.target for char in ".[:!") and "{" + self.target in self.template
+            try:
+                fields = template_fields(self.template)
+            except ValueError:  # '{Price!}' is no format string: the target's name is the cause
+                if not named:
+                    raise
+                fields = []
+            if self.target not in fields and any(char in self.target for char in ".[:!"):
                 raise ValueError(f"{where('target')}: target '{self.target}' cannot be a template field: "
                                  f"{dotted_name_problem(self.target)}")
             need(self.target in fields, "target", f"must be a field of the template ({', '.join(fields)})")
