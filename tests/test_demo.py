@@ -229,10 +229,10 @@ def demo_settings(tmp_path, data, *extra: str) -> demo.DemoSettings:
 def test_demo_table_reads_what_training_reads(tmp_path, kind):
     """A byte-order mark, a .tsv, JSON Lines, ``date, price`` and ``"$1,010"`` cells: `causal-qwen train` reads
     them all, and so do the demo's table and its baselines (the same rows, columns and numbers)."""
-    from causal_qwen.evaluation.tables import column_values
+    from causal_qwen.evaluation.tables import column_values, read_table
 
     path = table_file(tmp_path, kind)
-    rows = demo.read_table(str(path))
+    rows = read_table(str(path))
     assert [sorted(row) for row in rows] == [["date", "price"]] * len(DAYS)
     assert column_values(rows, "price").tolist() == [price for _, price in DAYS]
     train, held_out = demo.split_rows(rows, "date", "2020-01-06")
@@ -245,12 +245,12 @@ def test_demo_table_reads_what_training_reads(tmp_path, kind):
 
 
 def test_demo_table_names_the_row_of_a_cell_that_is_no_number(tmp_path):
-    from causal_qwen.evaluation.tables import column_values
+    from causal_qwen.evaluation.tables import column_values, read_table
 
     path = tmp_path / "data.csv"
     path.write_text("date,price\n2020-01-01,1\n2020-01-02,n/a\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"data\.csv: row 2 \(line 3\): column 'price' holds 'n/a', which is not"):
-        column_values(demo.read_table(str(path)), "price")
+        column_values(read_table(str(path)), "price")
 
 
 def test_demo_stops_on_a_bad_table_before_converting(tmp_path, capsys):
