@@ -173,7 +173,8 @@ def parse_cell_number(value: Any) -> float | None:
     """The finite float a numeric cell holds: `parse_number`'s, else the one number the tokenizer's number grammar
     (`causal_qwen.core.numbers.find_numbers`, default mode) reads in the whole cell, with at most a ``+`` or a
     currency sign before it and a ``%`` or ``.`` after it (``"29,900"`` → 29900.0, ``"29.9%"`` → 29.9,
-    ``"$1,234.50"`` → 1234.5); None when the cell is not exactly one number (``"5km"``, ``"1-2"``, ``"007"``)."""
+    ``"$1,234.50"`` → 1234.5); None when the cell is not exactly one number (``"5km"``, ``"1-2"``). ``"007"`` is 7.0
+    here, as ``float`` reads it; in a sentence the tokenizer reads it as text, which the target check names."""
     number = parse_number(value)
     if number is not None or not isinstance(value, str):
         return number
