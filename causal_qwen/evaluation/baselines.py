@@ -65,6 +65,7 @@ from .metrics import (
     spearman,
     standardized_coverage,
 )
+from ..training.data import parse_cell_number
 from .tables import column_values
 
 FAMILIES = ("cauchy", "gaussian", "laplace")
@@ -254,7 +255,7 @@ def design_matrix(
     categories = {} if categories is None else categories
     for name in fields:
         values = [row[name] for row in rows]
-        numbers = [_as_float(v) for v in values]
+        numbers = [parse_cell_number(v) for v in values]  # read as training reads number cells ("$2,078")
         days = [_day_of_year(v) for v in values]
         if all(n is not None for n in numbers):
             columns.append(torch.tensor(numbers, dtype=torch.float64))
@@ -269,14 +270,6 @@ def design_matrix(
                 columns.append(torch.tensor([float(v == level) for v in values], dtype=torch.float64))
                 names.append(f"{name}={level}")
     return torch.stack(columns, dim=1), names
-
-
-def _as_float(value: Any) -> float | None:
-    """The finite number a cell holds, read as training reads number cells (`parse_cell_number`: ``"$2,078"``,
-    ``"12%"``), or None."""
-    from ..training.data import parse_cell_number
-
-    return parse_cell_number(value)
 
 
 def least_squares(matrix: Tensor, y: Tensor) -> Tensor:

@@ -416,10 +416,11 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                if not rows and _one_json_array(text):
+                whole = _whole_file_json(text) if not rows else None
+                if whole is list:
                     raise ValueError(f"{path}: the file is one JSON array, not JSON Lines (one JSON object per line); "
                                      "write each record on a line of its own (e.g. jq -c '.[]')") from None
-                if not rows and _one_json_object(text):
+                if whole is dict:
                     raise ValueError(_ONE_OBJECT.format(path=path)) from None
                 message = f"{path}: line {number} is not valid JSON ({error})"
             else:
@@ -440,14 +441,16 @@ _ONE_OBJECT = ("{path}: the file is one JSON object, not one per line (JSON Line
                "e.g. pandas to_json(orient=\"records\", lines=True)")
 
 
-def _one_json_object(text: str) -> bool:
-    """Whether ``text`` is one JSON object written over several lines (``{"data": [...]}`` pretty-printed)."""
-    if not text.lstrip().startswith("{"):
-        return False
+def _whole_file_json(text: str) -> type | None:
+    """``list`` or ``dict`` when the whole ``text`` is one JSON array or object written over several lines (a
+    ``.json`` file as most tools write one, ``{"data": [...]}`` pretty-printed), not JSON Lines; else None."""
+    if not text.lstrip().startswith(("[", "{")):
+        return None
     try:
-        return isinstance(json.loads(text), dict)
+        value = json.loads(text)
     except json.JSONDecodeError:
-        return False
+        return None
+    return type(value) if isinstance(value, (list, dict)) else None
 
 
 def _columns_of_values(record: dict[str, Any]) -> bool:
@@ -455,16 +458,6 @@ def _columns_of_values(record: dict[str, Any]) -> bool:
     every value a list or an object, one of them with more than one entry."""
     return bool(record) and all(isinstance(value, (list, dict)) for value in record.values()) \
         and any(len(value) > 1 for value in record.values())
-
-
-def _one_json_array(text: str) -> bool:
-    """Whether ``text`` is one JSON array (a ``.json`` file as most tools write one), not JSON Lines."""
-    if not text.lstrip().startswith("["):
-        return False
-    try:
-        return isinstance(json.loads(text), list)
-    except json.JSONDecodeError:
-        return False
 
 
 def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
