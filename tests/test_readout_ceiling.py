@@ -53,7 +53,7 @@ def test_quick_run_prints_every_table(ceiling_bench, capsys, tmp_path):
     assert set(stocks["baselines"]) == {"median", "group_median", "last_value"}
     assert set(riots["baselines"]) == {"median", "group_median"}  # a random split has no last value
     assert stocks["recency"] is not None and stocks["horizon_slice"] is not None and riots["recency"] is None
-    assert "any_read_out_reaches_a_simple_baseline" in result
+    assert "any_read_out_reaches_a_simple_baseline" in result and "values_rule_reaches_a_simple_baseline" in result
     for figures in (stocks, riots):
         assert set(figures["held_mdae_by_ridge"]) == {f"{ridge:g}" for ridge in ceiling_bench.LAMBDAS}
         assert figures["best_mdae"] <= figures["auto_mdae"]
@@ -63,6 +63,8 @@ def test_quick_run_prints_every_table(ceiling_bench, capsys, tmp_path):
         assert figures["out_of_fold_by_ridge"][f"{smallest:g}"] == min(figures["out_of_fold_by_ridge"].values())
         assert figures["smallest_out_of_fold_mdae"] == figures["held_mdae_by_ridge"][f"{smallest:g}"]
         assert smallest <= figures["auto_ridge"]  # the one-standard-error step only strengthens
+        values = figures["values"]  # the earlier numbers' values beside the features: stocks and la-riots have none
+        assert values["chosen"] == "features" and values["chosen_mdae"] == figures["auto_mdae"]
     assert "the best ridge reaches the best simple baseline on" in captured.err
 
 
@@ -155,3 +157,51 @@ def test_the_read_outs_are_fitted_to_the_targets_as_the_recipe_s(ceiling_bench):
     variants = ceiling_bench.variants(split, time_split=True, auto_mdae=figures["auto_mdae"])
     assert variants["cauchy"]["best_mdae"] < 1e-3 and variants["recency"]["best_mdae"] < 1e-3
     assert variants["horizon_slice"]["slice_mdae"] < 0.05
+
+
+def test_prior_numbers_are_the_documents_earlier_values_latest_first(ceiling_bench):
+    """Row 0 reads 5, then 7, then 9 (ids 1 are <NUM>); row 1 holds one number. At each position the columns are
+    the last three numbers at or before it, the latest first, 0 where the row has fewer; no value crosses rows."""
+    num = 1
+    ids = torch.tensor([[0, 1, 0, 1, 0, 1, 0], [1, 0, 0, 0, 0, 0, 0]])
+    values = torch.tensor([[0, 5, 0, 7, 0, 9, 0], [4, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)
+    earlier = ceiling_bench.prior_numbers(ids, values, num, 3)
+    assert earlier.shape == (2, 7, 3)
+    assert earlier[0, 0].tolist() == [0, 0, 0]
+    assert earlier[0, 2].tolist() == [5, 0, 0]
+    assert earlier[0, 4].tolist() == [7, 5, 0]
+    assert earlier[0, 6].tolist() == [9, 7, 5]
+    assert earlier[1, 0].tolist() == [4, 0, 0] and earlier[1, 6].tolist() == [4, 0, 0]
+
+
+def value_numbers(features: torch.Tensor, earlier: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {**numbers(features, values), "R": earlier}
+
+
+def test_the_values_read_out_is_kept_where_a_number_carries_the_target_and_not_where_it_misleads(ceiling_bench):
+    """Features that carry nothing and one earlier number ``v``. Where ``y = 2·v + 1`` the value read-out is all but exact
+    and the rule keeps it; where ``y`` has nothing to do with ``v`` (noise around 3) the rule keeps the
+    features, since the values lower no block's error by more than its standard error."""
+    generator = torch.Generator().manual_seed(3)
+
+    def table(target):
+        parts = {}
+        for name, count in (("kept", 60), ("slice", 0), ("held", 20)):
+            features = torch.randn(count, 4, generator=generator, dtype=torch.float64)
+            earlier = torch.zeros(count, ceiling_bench.PRIOR_NUMBERS, dtype=torch.float64)
+            earlier[:, 0] = torch.randn(count, generator=generator, dtype=torch.float64) * 10
+            parts[name] = value_numbers(features, earlier, target(earlier[:, 0], count))
+        return parts
+
+    linear = table(lambda v, count: 2 * v + 1)
+    figures = ceiling_bench.ceiling(linear)
+    read = ceiling_bench.value_read_out(linear, False, figures["auto_ridge"], figures["auto_mdae"])["values"]
+    assert read["chosen"] == "values" and read["chosen_mdae"] < 0.01 * figures["auto_mdae"]
+    assert read["best_mdae"] == min(read["held_mdae_by_ridge"].values())
+
+    unrelated = table(lambda v, count: 3 + torch.randn(count, generator=generator, dtype=torch.float64))
+    figures = ceiling_bench.ceiling(unrelated)
+    for time_split in (False, True):
+        read = ceiling_bench.value_read_out(unrelated, time_split, figures["auto_ridge"], figures["auto_mdae"])["values"]
+        assert read["chosen"] == "features" and read["chosen_mdae"] == figures["auto_mdae"]
+        assert len(read["block_errors"]["features"]) == (4 if time_split else 5)
