@@ -43,11 +43,12 @@ One more asks whether the features are what holds the read-out back on tables wh
 (``values``): a frozen base reads a number only through ``φ(v) = sign(v)·ln(1 + |v|)·w_num``, a row it never
 trained, so the exact values of a sentence's earlier numbers are all but lost to a linear read-out. It fits the
 ridge to the features and, beside them, the values of the `PRIOR_NUMBERS` numbers before each number in its
-document (`prior_numbers`; each column scaled to the features' size and penalised `VALUE_RIDGE_SHARE` as much,
-so the values enter as least squares would take them): held-out MdAE at the ``λ`` its own out-of-fold error
-chooses and the best in hindsight, and which of the two read-outs a rule reading only the training rows would
-keep (`choose_read_out`: the values when they lower the error of each block, forward for a time split and out of
-fold otherwise, by more than the blocks' standard error).
+document (`heads.EarlierNumbers`; each column scaled to the features' size and penalised
+`warm_start.EARLIER_RIDGE_SHARE` as much, so the values enter as least squares would take them, `warm_start.earlier_ridge`):
+held-out MdAE at the ``λ`` its own out-of-fold error chooses and the best in hindsight, and which of the two
+read-outs the recipes' rule would keep, reading only the training rows (`warm_start.keeps_earlier`: the values
+when they lower the error of each block, forward for a time split and out of fold otherwise, by more than the
+blocks' standard error). The benchmark's features are the converted model's, before training.
 
 ``--json`` prints ``{"tables": {NAME: {...}}, "seconds": ...}``. On Qwen2.5-Coder-0.5B and 2 CPU cores the six tables
 take about 15 minutes, nearly all of it the backbone's one pass over airports' 3,372 sentences.
@@ -84,20 +85,7 @@ MAX_HORIZON_SHARE = 0.5
 """The longest check slice of ``horizon_slice``, as a share of the training rows."""
 READ_BATCH = 32
 PRIOR_NUMBERS = 3
-"""How many of a document's earlier numbers the ``values`` read-out reads beside the features."""
-VALUE_RIDGE_SHARE = 1e-6
-"""The ridge on the value columns, as a share of the features' (the values are few, and read as least squares)."""
-
-
-def prior_numbers(input_ids: Tensor, numeric_values: Tensor, num_id: int, count: int) -> Tensor:
-    """(B,S,count) float64: at each position the values of the last ``count`` numbers at or before it, the latest
-    first, 0 where the row has fewer. input_ids, numeric_values: (B,S), one document a row."""
-    is_number = input_ids == num_id  # (B,S)
-    ordinal = is_number.long().cumsum(dim=1)  # (B,S) numbers read so far; the n-th number sits in column n
-    by_ordinal = torch.zeros(input_ids.shape[0], int(ordinal.max()) + 1 if ordinal.numel() else 1, dtype=torch.float64)  # column 0: none
-    by_ordinal.scatter_(1, ordinal * is_number, numeric_values.double() * is_number)  # other positions write 0 to column 0
-    earlier = [by_ordinal.gather(1, (ordinal - back).clamp_min(0)) for back in range(count)]  # count × (B,S)
-    return torch.stack(earlier, dim=-1)
+"""How many of a document's earlier numbers the ``values`` read-out reads beside the features (the recipes')."""
 
 
 def read_numbers(model, tokenizer, docs: list, max_length: int, add_eos: bool) -> dict[str, Tensor]:
@@ -116,14 +104,18 @@ def read_numbers(model, tokenizer, docs: list, max_length: int, add_eos: bool) -
 
 def earlier_values(batches, num_id: int) -> Tensor:
     """(M, `PRIOR_NUMBERS`) float64: for every number `read_positions` reads from ``batches`` (in its order), the
-    values of the numbers before it in its document (`prior_numbers` at the position that predicts it)."""
+    values of the numbers before it in its document (`heads.EarlierNumbers.values` at the position that predicts
+    it)."""
+    from causal_qwen.core.heads import EarlierNumbers
     from causal_qwen.core.losses import shift_targets
 
+    reader = EarlierNumbers(PRIOR_NUMBERS, target=1)  # its values only; the target plays no part in them
     rows = []
     for batch in batches:
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")
         targets = shift_targets(batch.get("labels", ids), numbers.double(), mask)  # read_positions' own positions
-        earlier = prior_numbers(ids, numbers, num_id, PRIOR_NUMBERS)[:, :-1].reshape(-1, PRIOR_NUMBERS)  # (B·(S−1),K)
+        earlier, _ = reader.values(ids, numbers, num_id)  # (B,S,K)
+        earlier = earlier[:, :-1].reshape(-1, PRIOR_NUMBERS)  # (B·(S−1),K)
         rows.append(earlier[targets.positions][targets.token_ids == num_id])
     return torch.cat(rows)
 
@@ -274,64 +266,18 @@ def variants(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto_mdae:
     return figures
 
 
-def value_scales(features: Tensor, earlier: Tensor) -> Tensor:
-    """``c_j = rms(X) / rms(R_j)`` (K,) over the training rows' features (M,C) and earlier values (M,K): the factor
-    that puts each value column on the features' scale, so that one ridge reads both (0 for a column of zeros)."""
-    size = features.square().mean().sqrt()
-    spread = earlier.square().mean(dim=0).sqrt()  # (K,)
-    return torch.where(spread > 0, size / spread.clamp_min(1e-300), torch.zeros_like(spread))
-
-
-def value_ridge_fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
-    """`warm_start.ridge_fit` with the last `PRIOR_NUMBERS` columns (the values, scaled by `value_scales`) penalised `VALUE_RIDGE_SHARE`
-    as much as the features: ``(W (C+K,), b ())``. features (M,C+K), values (M,)."""
-    causal_size = features.shape[1] - PRIOR_NUMBERS
-    mean_x, mean_y = features.mean(dim=0), values.mean()
-    centred = features - mean_x  # (M,C+K)
-    penalty = ridge * float(features[:, :causal_size].square().sum()) / causal_size
-    diagonal = torch.full((features.shape[1],), penalty, dtype=features.dtype)  # (C+K,)
-    diagonal[causal_size:] *= VALUE_RIDGE_SHARE
-    weight = torch.linalg.solve(centred.T @ centred + torch.diag(diagonal), centred.T @ (values - mean_y))
-    return weight, mean_y - mean_x @ weight
-
-
-def block_errors(features: Tensor, values: Tensor, ridge: float, fit, time_split: bool) -> Tensor | None:
-    """Each block's median absolute error of ``fit`` at ``ridge``: forecast from the blocks before it for a time
-    split (`warm_start.forward_residuals`, blocks 2..FOLDS), from the others otherwise (`out_of_fold_residuals`).
-    None when there are too few numbers for blocks."""
-    from causal_qwen.training.warm_start import FOLDS, block_edges, forward_residuals, out_of_fold_residuals
-
-    count = len(values)
-    if count < 2 * FOLDS:
-        return None
-    edges = block_edges(count, FOLDS)
-    if time_split:
-        residuals = forward_residuals(features, values, ridge, fit=fit).abs()
-        edges = [edge - edges[1] for edge in edges[1:]]  # the forecast blocks, from the second on
-    else:
-        residuals = out_of_fold_residuals(features, values, ridge, fit=fit).abs()
-    return torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])
-
-
-def choose_read_out(feature_errors: Tensor | None, value_errors: Tensor | None) -> str:
-    """``"values"`` when the value read-out's block errors are below the features' by more than one standard error
-    of the paired differences, else ``"features"`` (the simpler read-out keeps the benefit of the doubt)."""
-    if feature_errors is None or value_errors is None:
-        return "features"
-    gain = feature_errors - value_errors  # (blocks,)
-    return "values" if float(gain.mean()) > float(gain.std()) / math.sqrt(len(gain)) else "features"
-
-
 def value_read_out(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto_ridge: float,
                    auto_mdae: float) -> dict[str, Any]:
     """The ``values`` figures of the module docstring for one table's numbers (`table_numbers`); ``auto_ridge``,
     ``auto_mdae``: the features' own read-out (`ceiling`), which the rule weighs the values against."""
-    from causal_qwen.training.warm_start import choose_ridge, ridge_fit
+    from causal_qwen.training.warm_start import (block_errors, choose_ridge, earlier_ridge, earlier_scales,
+                                                 keeps_earlier, ridge_fit)
 
     kept, check, held = numbers["kept"], numbers["slice"], numbers["held"]
     every = fitted({key: torch.cat([kept[key], check[key]]) for key in kept})
     trained = fitted(kept)
-    scale = value_scales(every["X"], every["R"])  # (K,) from the training rows, for every part alike
+    value_ridge_fit = earlier_ridge(PRIOR_NUMBERS)
+    scale = earlier_scales(every["X"], every["R"])  # (K,) from the training rows, for every part alike
     widened = {name: {**part, "X": torch.cat([part["X"], part["R"] * scale], dim=1)}  # (M, C+K)
                for name, part in (("every", every), ("trained", trained), ("held", held))}
     by_ridge = {f"{ridge:g}": target_mdae(widened["held"], *value_ridge_fit(widened["every"]["X"], every["y"], ridge))
@@ -340,7 +286,7 @@ def value_read_out(numbers: dict[str, dict[str, Tensor]], time_split: bool, auto
     best = min(LAMBDAS, key=lambda ridge: by_ridge[f"{ridge:g}"])
     feature_errors = block_errors(trained["X"], trained["y"], auto_ridge, ridge_fit, time_split)
     value_errors = block_errors(widened["trained"]["X"], trained["y"], auto, value_ridge_fit, time_split)
-    chosen = choose_read_out(feature_errors, value_errors)
+    chosen = "values" if keeps_earlier(feature_errors, value_errors) else "features"
     return {"values": {
         "held_mdae_by_ridge": by_ridge, "auto_ridge": auto, "auto_mdae": by_ridge[f"{auto:g}"], "best_ridge": best,
         "best_mdae": by_ridge[f"{best:g}"],

@@ -159,21 +159,6 @@ def test_the_read_outs_are_fitted_to_the_targets_as_the_recipe_s(ceiling_bench):
     assert variants["horizon_slice"]["slice_mdae"] < 0.05
 
 
-def test_prior_numbers_are_the_documents_earlier_values_latest_first(ceiling_bench):
-    """Row 0 reads 5, then 7, then 9 (ids 1 are <NUM>); row 1 holds one number. At each position the columns are
-    the last three numbers at or before it, the latest first, 0 where the row has fewer; no value crosses rows."""
-    num = 1
-    ids = torch.tensor([[0, 1, 0, 1, 0, 1, 0], [1, 0, 0, 0, 0, 0, 0]])
-    values = torch.tensor([[0, 5, 0, 7, 0, 9, 0], [4, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)
-    earlier = ceiling_bench.prior_numbers(ids, values, num, 3)
-    assert earlier.shape == (2, 7, 3)
-    assert earlier[0, 0].tolist() == [0, 0, 0]
-    assert earlier[0, 2].tolist() == [5, 0, 0]
-    assert earlier[0, 4].tolist() == [7, 5, 0]
-    assert earlier[0, 6].tolist() == [9, 7, 5]
-    assert earlier[1, 0].tolist() == [4, 0, 0] and earlier[1, 6].tolist() == [4, 0, 0]
-
-
 def value_numbers(features: torch.Tensor, earlier: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
     return {**numbers(features, values), "R": earlier}
 

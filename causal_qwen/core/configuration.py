@@ -74,6 +74,12 @@ class CausalQwenConfig(Qwen2Config):
     number_scale_factor (`float`, defaults to 1.0): ``f`` in ``scale_Y = f·(…)``: set by training's interval check
         (`causal_qwen.training.interval_check`) when the number intervals measured on training rows kept out of
         training were too narrow or too wide.
+    earlier_numbers (`int`, defaults to 0): ``K``, how many of a row's earlier numbers the number read-out reads
+        beside ``U`` where the row's number ``earlier_numbers_target`` comes next (`heads.EarlierNumbers`); 0 (the
+        design's read-out) reads none. Training sets both when its warm start keeps the values
+        (`causal_qwen.training.warm_start`).
+    earlier_numbers_target (`int`, defaults to 0): ``k``, the ordinal (from 0) of the number the earlier numbers
+        serve: the term applies where exactly ``k`` numbers of the row have been read.
     converted_from (`str`, *optional*): what the conversion read (a ``random:*`` preset, a Qwen folder, ``.gguf``
         file or hub id); training's ``recipe: auto`` reads it.
     """
@@ -103,6 +109,8 @@ class CausalQwenConfig(Qwen2Config):
     causal_temperature: float = 1.0
     causal_candidates: int = 6
     number_scale_factor: float = 1.0
+    earlier_numbers: int = 0
+    earlier_numbers_target: int = 0
     converted_from: str | None = None
 
     @classmethod
@@ -157,6 +165,13 @@ class CausalQwenConfig(Qwen2Config):
             isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0
         ):
             raise ValueError(f"CausalQwenConfig.causal_temperature must be a finite number >= 0, got {temperature!r}")
+        for name in ("earlier_numbers", "earlier_numbers_target"):
+            count = getattr(self, name)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"CausalQwenConfig.{name} must be an int >= 0, got {count!r}")
+        if self.earlier_numbers and self.earlier_numbers_target < 1:
+            raise ValueError("CausalQwenConfig.earlier_numbers_target must be >= 1 when earlier_numbers is set (the "
+                             f"number it serves needs numbers before it), got {self.earlier_numbers_target!r}")
         candidates = self.causal_candidates
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 0:
             raise ValueError(f"CausalQwenConfig.causal_candidates must be an int >= 0, got {candidates!r}")

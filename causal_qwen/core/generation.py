@@ -299,6 +299,9 @@ class DecodingState:
         """The forward keywords of the step that reads the last ``step_length`` of ``input_ids`` (B,L)."""
         self.extend_to(input_ids)
         inputs: dict[str, Any] = {"numeric_values": self.values[:, -step_length:], "decision": self.mode}
+        whole = model.earlier_numbers_term(input_ids, self.values)  # (B,L) or None: the cache hides earlier numbers
+        if whole is not None:
+            inputs["earlier_term"] = whole[:, -step_length:]
         if self.mode == "causal":
             inputs["individual"] = self.next_coordinates(input_ids.shape[0], model.config.causal_size, input_ids.device)
             inputs["causal_temperature"] = self.temperature

@@ -8,8 +8,9 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
     s       = scale_U + |b_noise|                                                          (B,S,C)
     loc_S   = W_cls loc_U + b_cls,   scale_S = s @ |W_cls|ᵀ + γ_S                          (B,S,V)
     γ_S     = |token_noise|          every token's own exogenous noise, one scalar              ()
-    loc_Y   = W_reg loc_U + b_reg,   scale_Y = s @ |W_reg|ᵀ (+ γ_Y, below)                  (B,S)
+    loc_Y   = W_reg loc_U + b_reg (+ w_e·e, below),   scale_Y = s @ |W_reg|ᵀ (+ γ_Y, below)  (B,S)
     γ_Y     = softplus(w_η · loc_U + b_η)   the numbers' own exogenous noise (optional)         (B,S)
+    e       = the values of the row's last K numbers, where k numbers have been read (optional) (B,S,K)
     P_k     = P(S_k > t_k)           t: the One-vs-Rest thresholds, () or (V,)             (B,S,V)
 """
 
@@ -139,22 +140,64 @@ class NumberNoise(nn.Module):
         return F.softplus(loc_U.to(dtype) @ self.weight.to(dtype) + self.bias.to(dtype))
 
 
+class EarlierNumbers(nn.Module):
+    """The values of a row's earlier numbers, read by the number read-out beside ``U`` (docs/design.md, "Earlier
+    numbers"): at a position where exactly ``k`` numbers of the row have been read (``target``: the position
+    before the row's number ``k``, counted from 0, the table's target), ``loc_Y`` gains
+
+        w_e · e,    e = (v_{k−1}, v_{k−2}, …, v_{k−K})   the values of the last ``K`` numbers read (numbers
+                                                        counted from 0, the latest first, 0 for v_j with j < 0),
+
+    and elsewhere nothing. A frozen base reads a number only through ``φ(v)``, a row it never trained, so a linear
+    read-out of its features all but loses the exact values of a sentence's other numbers; this term reads them
+    as they are. The values are observed, not inferred, so ``scale_Y`` does not change. ``w_e`` (K,) is a buffer set
+    by the closed-form fits of training (`causal_qwen.training.warm_start`), never by gradients: the values come
+    in their own units (thousands of payrolls, fractions of a dollar), where an optimizer's step would not be
+    the same size for any two tables."""
+
+    def __init__(self, count: int, target: int) -> None:
+        super().__init__()
+        self.target = target
+        self.register_buffer("weight", torch.zeros(count, dtype=torch.float32))  # (K,) w_e
+
+    def values(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> tuple[Tensor, Tensor]:
+        """``(e (B,S,K) float64, read (B,S) long)``: at each position the values of the row's last ``K`` numbers at
+        or before it, the latest first (0 where the row has read fewer), and how many numbers the row has read."""
+        is_number = input_ids == num_token_id  # (B,S)
+        read = is_number.long().cumsum(dim=1)  # (B,S); the n-th number's value goes to column n, column 0 is "none"
+        columns = int(read.max()) + 1 if read.numel() else 1
+        by_ordinal = torch.zeros(input_ids.shape[0], columns, dtype=torch.float64, device=input_ids.device)
+        if numeric_values is not None:
+            by_ordinal.scatter_(1, read * is_number, numeric_values.double() * is_number)  # others write 0 to column 0
+        earlier = [by_ordinal.gather(1, (read - back).clamp_min(0)) for back in range(self.weight.numel())]  # K × (B,S)
+        return torch.stack(earlier, dim=-1), read
+
+    def forward(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> Tensor:
+        """``[read = k]·(w_e · e)`` (B,S) float32: the term `ActionNetwork.regress` adds to ``loc_Y``."""
+        earlier, read = self.values(input_ids, numeric_values, num_token_id)
+        term = earlier @ self.weight.double()  # (B,S)
+        return torch.where(read == self.target, term, 0.0).float()
+
+
 class ActionNetwork(nn.Module):
     """Maps the individual ``U`` plus exogenous noise ``Cauchy(0, |b_noise|)`` linearly to decisions.
 
     Classification: ``S = W_cls U + b_cls + ε_S`` (V OvR scores), each token with its own exogenous noise
     ``ε_S,k ~ Cauchy(0, γ_S)``, ``γ_S = |token_noise|`` (0 in the literal design; the calibration at conversion
     puts the decision scale there, docs/design.md "Calibration at conversion"); regression:
-    ``Y = W_reg U + b_reg`` (``+ η`` with a `NumberNoise`, when ``number_noise`` is set).
+    ``Y = W_reg U + b_reg`` (``+ η`` with a `NumberNoise`, when ``number_noise`` is set; ``+ w_e·e`` with
+    `EarlierNumbers`, when ``earlier_numbers`` is set: how many, and the ordinal ``k`` of the number they serve).
     """
 
-    def __init__(self, causal_size: int, vocab_size: int, number_noise: bool = False) -> None:
+    def __init__(self, causal_size: int, vocab_size: int, number_noise: bool = False,
+                 earlier_numbers: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.classification_head = nn.Linear(causal_size, vocab_size)
         self.regression_head = nn.Linear(causal_size, 1)
         self.b_noise = nn.Parameter(torch.zeros(causal_size))  # (C,)
         self.token_noise = nn.Parameter(torch.zeros(()))  # () γ_S = |token_noise|
         self.number_noise = NumberNoise(causal_size) if number_noise else None
+        self.earlier_numbers = EarlierNumbers(*earlier_numbers) if earlier_numbers else None
 
     def reset_parameters(
         self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None, token_noise_init: float = 0.0
@@ -189,12 +232,16 @@ class ActionNetwork(nn.Module):
         loc_S, scale_S = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
         return loc_S, scale_S + self.token_noise_scale().to(scale_S.dtype)
 
-    def regress(self, loc_U: Tensor, scale_U: Tensor, scale_factor: float = 1.0) -> tuple[Tensor, Tensor]:
-        """``loc_Y = W_reg loc_U + b_reg``, ``scale_Y = f·((scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y))``: (B,S) each
-        (``scale_Y`` in the scales' dtype, as in `classify`); ``f`` = ``scale_factor``, the interval check's
-        factor (`CausalQwenConfig.number_scale_factor`, 1 unless training rescaled the intervals)."""
+    def regress(self, loc_U: Tensor, scale_U: Tensor, scale_factor: float = 1.0,
+                earlier_term: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``loc_Y = W_reg loc_U + b_reg (+ earlier_term)``, ``scale_Y = f·((scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y))``:
+        (B,S) each (``scale_Y`` in the scales' dtype, as in `classify`); ``f`` = ``scale_factor``, the interval
+        check's factor (`CausalQwenConfig.number_scale_factor`, 1 unless training rescaled the intervals);
+        ``earlier_term`` (B,S): `EarlierNumbers`' term at these positions."""
         head = self.regression_head
         loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
+        if earlier_term is not None:
+            loc_Y = loc_Y + earlier_term.unsqueeze(-1).to(loc_Y.dtype)
         scale_Y = scale_Y.squeeze(-1)  # (B,S)
         if self.number_noise is not None:
             scale_Y = scale_Y + self.number_noise(loc_U).to(scale_Y.dtype)

@@ -36,7 +36,7 @@ from .cauchy import ovr_probability
 from .decisions import decision_scores, individual_number
 from .losses import gated_regression_loss, shift_targets
 from .configuration import CausalQwenConfig
-from .heads import AbductionNetwork, ActionNetwork, NumberNoise, NumericEmbedding, OvrThresholds
+from .heads import AbductionNetwork, ActionNetwork, EarlierNumbers, NumberNoise, NumericEmbedding, OvrThresholds
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
     _tied_weights_keys = None
     FLOAT32_PARTS = (
         "abduction.scale_net", "action.b_noise", "action.token_noise", "action.number_noise", "ovr_thresholds",
+        "action.earlier_numbers",
     )
     _keep_in_fp32_modules_strict = list(FLOAT32_PARTS)  # from_pretrained(dtype=float16 or bfloat16) keeps them float32
 
@@ -138,7 +139,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         self.model = Qwen2Model(config)
         self.numeric_embedding = NumericEmbedding(config.hidden_size)
         self.abduction = AbductionNetwork(config.hidden_size, config.causal_size)
-        self.action = ActionNetwork(config.causal_size, config.vocab_size, number_noise=config.number_noise_init is not None)
+        self.action = ActionNetwork(
+            config.causal_size, config.vocab_size, number_noise=config.number_noise_init is not None,
+            earlier_numbers=(config.earlier_numbers, config.earlier_numbers_target) if config.earlier_numbers else None,
+        )
         self.ovr_thresholds = OvrThresholds(
             config.vocab_size,
             per_token=config.ovr_threshold_kind == "per_token",
@@ -231,6 +235,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         individual: Tensor | None = None,
         causal_temperature: float = 1.0,
         backbone_features: Tensor | None = None,
+        earlier_term: Tensor | None = None,
         **kwargs,
     ) -> CausalQwenOutput:
         """Run the backbone and the causal heads.
@@ -251,6 +256,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``backbone_features`` (B,S,H): the backbone's ``last_hidden_state`` for these ``input_ids``, computed before
         (training's feature cache, valid while the embedding and the backbone are frozen): the heads read it and the
         backbone does not run.
+        ``earlier_term`` (B,S): the term the earlier numbers add to ``loc_Y`` at these positions, for a model with
+        them (`CausalQwenConfig.earlier_numbers`; `earlier_numbers_term`); None: read from ``input_ids`` and
+        ``numeric_values``, which then must hold the whole rows (no KV cache of earlier positions: `generate` passes
+        it, from the whole sequence).
         ``output_hidden_states``, ``output_attentions``: as for Qwen, the backbone's (`CausalQwenOutput`);
         ``return_dict=False``: the output as a tuple (`CausalQwenOutput`).
         """
@@ -260,6 +269,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             raise ValueError("decision='causal' needs an individual, and an individual needs decision='causal'")
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
         cache = _one_cache(cache, kwargs.pop("past_key_values", None))
+        if earlier_term is None and self.action.earlier_numbers is not None:
+            earlier_term = self._earlier_term_of_rows(input_ids, numeric_values, cache)  # (B,S)
         if backbone_features is not None:  # training's feature cache: embedding and backbone ran before
             features, output = self._cached_features(backbone_features, input_ids), CausalQwenOutput()
             if labels is not None:
@@ -272,7 +283,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         kept = _keep_positions(logits_to_keep)
         if labels is not None:
             loc_U, scale_U = self.abduction(features)  # (B,S,C) each: the loss reads every position
-            self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask)
+            self._add_loss(output, loc_U, scale_U, labels, numeric_values, attention_mask, earlier_term)
             features, loc_U, scale_U = features[:, kept], loc_U[:, kept], scale_U[:, kept]
         else:
             features = features[:, kept]  # (B,S',H)
@@ -282,7 +293,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return_scores = labels is None or self.config.ovr_loss_implementation == "reference"
         output.features, output.loc_U, output.scale_U = features, loc_U, scale_U
         output.loc_Y, output.scale_Y = self.action.regress(  # (B,S') each
-            loc_U, scale_U, self.config.number_scale_factor
+            loc_U, scale_U, self.config.number_scale_factor, None if earlier_term is None else earlier_term[:, kept]
         )
         if not return_scores:
             return output
@@ -335,6 +346,39 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             cache=backbone_out.cache, hidden_states=backbone_out.hidden_states, attentions=backbone_out.attentions
         )
         return backbone_out.last_hidden_state, output, numeric_values
+
+    def set_earlier_numbers(self, count: int, target: int = 0) -> None:
+        """Read the values of each row's last ``count`` numbers where its number ``target`` (from 0) comes next
+        (`heads.EarlierNumbers`, with ``w_e = 0`` until a fit sets it), or none (``count = 0``, the design's
+        read-out); the config says so, and saved folders load with it."""
+        self.config.earlier_numbers, self.config.earlier_numbers_target = count, target if count else 0
+        self.config._check_causal_settings()
+        if count:
+            device = self.action.regression_head.weight.device
+            self.action.earlier_numbers = EarlierNumbers(count, target).to(device)
+        else:
+            self.action.earlier_numbers = None
+
+    def earlier_numbers_term(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
+        """The term the earlier numbers add to ``loc_Y`` (B,S) float32 at every position of whole rows ``input_ids``,
+        ``numeric_values`` (B,S) (`heads.EarlierNumbers`); None for a model without them."""
+        earlier = self.action.earlier_numbers
+        if earlier is None:
+            return None
+        return earlier(input_ids, numeric_values, self.config.num_token_id)
+
+    def _earlier_term_of_rows(self, input_ids: Tensor | None, numeric_values: Tensor | None,
+                              cache: Cache | None) -> Tensor:
+        """`earlier_numbers_term` of this call's rows; ``ValueError`` where they are not whole rows."""
+        if input_ids is None:
+            raise ValueError("this model's number read-out reads the earlier numbers of each row (config."
+                             "earlier_numbers): give input_ids with numeric_values, or earlier_term="
+                             "model.earlier_numbers_term(input_ids, numeric_values) beside inputs_embeds")
+        if cache is not None and cache.get_seq_length() > 0:
+            raise ValueError("this model's number read-out reads the earlier numbers of each row (config."
+                             "earlier_numbers), which a KV cache hides: pass earlier_term=model.earlier_numbers_term("
+                             "whole_ids, whole_values)[:, -step:] (model.generate does)")
+        return self.earlier_numbers_term(input_ids, numeric_values)
 
     def _cached_features(self, backbone_features: Tensor, input_ids: Tensor | None) -> Tensor:
         """``z`` (B,S,H) given as ``backbone_features``, checked against ``input_ids`` and the hidden size."""
@@ -409,8 +453,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         labels: Tensor,
         numeric_values: Tensor,
         attention_mask: Tensor | None,
+        earlier_term: Tensor | None = None,
     ) -> None:
-        """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (docs/design.md, "Losses")."""
+        """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (docs/design.md, "Losses"); ``earlier_term``
+        (B,S): the earlier numbers' term of ``loc_Y`` (`earlier_numbers_term`)."""
         config = self.config
         targets = shift_targets(labels, numeric_values, attention_mask)
         causal_size = loc_U.shape[-1]
@@ -424,7 +470,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
 
         cls_loss, p_num = self.classification_loss(loc_U, decision_scale, targets.token_ids, position_weight)
 
-        loc_Y, scale_Y = self.action.regress(loc_U, scale_U, self.config.number_scale_factor)  # (N,) each
+        if earlier_term is not None:
+            earlier_term = earlier_term[:, :-1].reshape(-1)[targets.positions]  # (N,)
+        loc_Y, scale_Y = self.action.regress(loc_U, scale_U, self.config.number_scale_factor, earlier_term)  # (N,) each
         is_number = targets.token_ids == config.num_token_id  # (N,)
         reg_loss = gated_regression_loss(
             loc_Y.float(),
@@ -569,11 +617,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return model_inputs
         if decoding is not None:
             model_inputs.update(decoding.step_inputs(self, input_ids, step_ids.shape[1]))
-        elif numeric_values is not None:
-            values = torch.zeros_like(input_ids, dtype=numeric_values.dtype)  # (B,L)
-            width = min(numeric_values.shape[1], input_ids.shape[1])
-            values[:, :width] = numeric_values[:, :width]
-            model_inputs["numeric_values"] = values[:, -step_ids.shape[1] :]
+        elif numeric_values is not None or self.action.earlier_numbers is not None:
+            values = torch.zeros_like(input_ids, dtype=torch.float32 if numeric_values is None else numeric_values.dtype)
+            if numeric_values is not None:  # (B,L): the prompt's numbers, 0 after
+                width = min(numeric_values.shape[1], input_ids.shape[1])
+                values[:, :width] = numeric_values[:, :width]
+                model_inputs["numeric_values"] = values[:, -step_ids.shape[1] :]
+            if self.action.earlier_numbers is not None:
+                model_inputs["earlier_term"] = self.earlier_numbers_term(input_ids, values)[:, -step_ids.shape[1] :]
         return model_inputs
 
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, *args, **kwargs):

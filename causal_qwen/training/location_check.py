@@ -129,11 +129,15 @@ def training_median(documents: list, every_number: bool) -> float | None:
 
 @torch.no_grad()
 def shrink_regression_head(model, alpha: float, median: float) -> None:
-    """``W_reg ← α·W_reg``, ``b_reg ← α·b_reg + (1 − α)·m0`` (in float64, stored in the head's dtype): every later
-    ``loc_Y`` is ``α·loc_Y + (1 − α)·m0``. Through LoRA's wrapper this is the trained (saved) copy of the head."""
+    """``W_reg ← α·W_reg``, ``b_reg ← α·b_reg + (1 − α)·m0`` (and the earlier numbers' ``w_e ← α·w_e``), in float64,
+    stored in the head's dtype: every later ``loc_Y`` is ``α·loc_Y + (1 − α)·m0``. Through LoRA's wrapper this is
+    the trained (saved) copy of the head."""
     head = model.action.regression_head
     head.weight.copy_((alpha * head.weight.double()).to(head.weight.dtype))
     head.bias.copy_((alpha * head.bias.double() + (1 - alpha) * median).to(head.bias.dtype))
+    earlier = model.action.earlier_numbers
+    if earlier is not None:
+        earlier.weight.copy_((alpha * earlier.weight.double()).to(earlier.weight.dtype))
 
 
 def check_location(model, dataset, collator, batch_size: int, median: float,

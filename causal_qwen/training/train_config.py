@@ -164,6 +164,12 @@ class TrainConfig:
     relative ridge ``λ`` (``auto``: chosen among 1e-2 … 100 by the out-of-fold error, `warm_start.choose_ridge`),
     and the numbers' own noise at the fit's median absolute out-of-fold residual (`causal_qwen.training.warm_start`);
     read once before the first step, not on resume. false: the converted head (``N(0, 1/C)``); null: the recipe's."""
+    earlier_numbers: int | None = None
+    """How many of a document's numbers before its target the number read-out may read beside the features, as
+    values (`heads.EarlierNumbers`): the regression warm start fits the read-out with and without them and keeps
+    them only where they lower the error of the training rows' blocks (forecast forward after a split in time;
+    `warm_start.keeps_earlier`). Needs a ``target`` that is the same number k ≥ 1 of every document (a day's
+    close after its open, high and low). 0: never; null: the recipe's (3)."""
     num_token_warm_start: float | bool | None = None
     """Start the classification head's ``<NUM>`` row at the softmax-likelihood fit of "is the next token a number"
     on the model's features, every other row fixed, with this ridge ``λ`` on standardised features (1e-3 is a
@@ -302,6 +308,8 @@ class TrainConfig:
                                                and 0 < self.interval_check < 0.5),
              "interval_check", "must be a fraction in (0, 0.5), false or null")
         need(isinstance(self.refit_after_check, bool), "refit_after_check", "must be true, false or null")
+        need(isinstance(self.earlier_numbers, int) and not isinstance(self.earlier_numbers, bool)
+             and 0 <= self.earlier_numbers <= 16, "earlier_numbers", "must be an int from 0 to 16, or null")
         need(self.location_check in LOCATION_CHECK_CHOICES, "location_check", "must be true, seeded, false or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")

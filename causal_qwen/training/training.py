@@ -596,6 +596,25 @@ def run_interval_floor(model, config: TrainConfig, train_dataset: Dataset, train
     return floored
 
 
+def common_target_ordinal(ordinals: list[int] | None) -> int | None:
+    """``k`` when every document's target is its number ``k ≥ 1`` (numbers before it to read), else None."""
+    if not ordinals or len(set(ordinals)) != 1 or ordinals[0] < 1:
+        return None
+    return ordinals[0]
+
+
+def offer_earlier_numbers(model, count: int, ordinals: list[int] | None) -> None:
+    """Give the model `heads.EarlierNumbers` (``w_e = 0``) for the warm start to weigh (`warm_start.keeps_earlier`)
+    when ``count`` > 0 and every document's target is the same number ``k ≥ 1`` (`common_target_ordinal`);
+    otherwise the read-out reads none."""
+    target = common_target_ordinal(ordinals)
+    if count and target is not None:
+        model.set_earlier_numbers(count, target)
+    else:
+        logger.info("earlier numbers: not offered (earlier_numbers %s, the targets' ordinals %s)", count,
+                    sorted(set(ordinals)) if ordinals else None)
+
+
 def save_warm_start(output_dir: Path, warm: WarmStartReport | None) -> None:
     """Write the regression warm start's report to ``output_dir/warm_start.json`` (atomically), or remove an
     earlier run's when this one had none."""
@@ -915,13 +934,20 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     if config.uses_feature_cache(int(os.environ.get("WORLD_SIZE", "1"))):
         train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
     fresh_start = plan.checkpoint is None and plan.final_from is None  # a resumed run has its heads
-    warm = None
+    ordinals = target_ordinals(train_dataset, train_docs)
     if fresh_start:
+        if config.regression_warm_start:
+            offer_earlier_numbers(model, config.earlier_numbers, ordinals)
         warm = warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
                           config.eval_batch_size or config.batch_size,
                           regression_ridge=config.regression_warm_start or None,  # false: off
                           num_token_ridge=config.num_token_warm_start or None,
-                          progress=report, target_ordinals=target_ordinals(train_dataset, train_docs))["regression"]
+                          progress=report, target_ordinals=ordinals,
+                          in_time_order=in_split_order(config, train_docs))["regression"]
+    else:  # the heads come from the checkpoint; the read-out reads the earlier numbers the start kept
+        warm = load_warm_start(Path(config.output_dir))
+        if warm is not None and warm.earlier_numbers:
+            model.set_earlier_numbers(warm.earlier_numbers, common_target_ordinal(ordinals))
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
@@ -950,8 +976,6 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         write_text_atomic(output_dir / CONFIG_FILE, yaml.safe_dump(saved_settings(config), sort_keys=False))
         if fresh_start:
             save_warm_start(output_dir, warm)
-    if not fresh_start:
-        warm = load_warm_start(output_dir)
     trainer.regression_rate_cap = regression_rate_cap(warm)  # a resumed run's optimizer state keeps its own rates
     wanted = _default(config.regression_learning_rate, config.learning_rate)
     capped = trainer.regression_rate_cap is not None and trainer.regression_rate_cap < wanted

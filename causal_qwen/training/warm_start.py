@@ -30,6 +30,16 @@ When every document names a target (the config's ``target``, and at least ``2·F
 ruled by the largest ones, so in ``{year}: {miles} miles driven per person, gas at {gas} dollars a gallon.`` a
 fit to every number put the gas price 11 dollars off, in sample, on real weights (docs/design.md, "Which numbers
 choose"). Training then reads every number, as the language model it is.
+**The earlier numbers** (a model with `heads.EarlierNumbers`, which training adds when the targets are each
+document's number ``k ≥ 1``). A frozen base reads a number only through ``φ(v)``, so the read-out above all but
+loses the exact values of a sentence's other numbers (a day's open, high and low before its close). The fit is
+then made twice: as above, and with the values ``e`` of the ``K`` numbers before each target beside the
+features (each column scaled to the features' size, `earlier_scales`, and penalised `EARLIER_RIDGE_SHARE` as much,
+so that the values enter as least squares would take them: `earlier_ridge_fit`). The values are kept when they
+lower the error of every block of the training rows, on average, by more than one standard error of the blocks'
+differences (`keeps_earlier`): each block forecast from the blocks before it when the documents are in time order
+(a relation between the numbers that drifts, as wages and the price of wheat over two centuries, must hold
+forward), from the other blocks otherwise. Else ``w_e = 0`` and training removes the term.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
 its learning rate per step, needs many steps to find this read-out (docs/design.md, "Fine-tuning a calibrated
 model"); fine-tuning then starts from it.
@@ -73,6 +83,7 @@ DEFAULT_RIDGE = 1e-3
 RIDGE_GRID = (1e-2, 1e-1, 1.0, 10.0, 100.0)  # the relative ridges ``auto`` chooses among: never below 1e-2
 AUTO_FALLBACK_RIDGE = 1.0  # ``auto`` with fewer than 2·FOLDS numbers (no out-of-fold residuals to choose by)
 FOLDS = 5  # blocks of the out-of-fold residuals (fewer than 2·FOLDS targets: in-sample residuals)
+EARLIER_RIDGE_SHARE = 1e-6  # the earlier numbers' ridge, as a share of the features': they enter as least squares
 MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
 LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of positions at a time: (n,V) float32
 
@@ -86,7 +97,9 @@ class WarmStartReport:
     (``γ_Y``); seconds: wall time; out_of_fold_by_ridge: with ``auto``, the out-of-fold error ``e(λ)`` of every
     ``λ`` tried (`choose_ridge`; None otherwise); forward_mdae: median |forward residual| (`forward_residuals`:
     each block from the blocks before it, the error of a forecaster when the data are in time order; None with
-    fewer than ``2·FOLDS`` numbers scored, or in a report written before it was measured)."""
+    fewer than ``2·FOLDS`` numbers scored, or in a report written before it was measured); earlier_numbers: how
+    many earlier numbers the read-out reads (0: none, `EarlierNumbers` removed or never added);
+    earlier_block_errors: when the fit weighed them, each block's error without and with them (`keeps_earlier`)."""
 
     numbers: int
     scored: int
@@ -96,6 +109,8 @@ class WarmStartReport:
     seconds: float
     out_of_fold_by_ridge: dict[str, float] | None = None
     forward_mdae: float | None = None
+    earlier_numbers: int = 0
+    earlier_block_errors: dict[str, list[float]] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,13 +140,16 @@ class TrainingPositions:
     """What one pass over the training examples reads (`read_positions`).
 
     number_features (M,C) float64: ``loc_U`` where the next token is ``<NUM>``; number_values (M,): that number;
-    number_is_target (M,) bool: that number is its document's target (every number when no targets are named).
+    number_is_target (M,) bool: that number is its document's target (every number when no targets are named);
+    number_earlier (M,K) float64: the values of the numbers before it in its row (`heads.EarlierNumbers.values`;
+    K = 0 for a model without them).
     token_features (N,C) float32, rest_log_partition (N,) float64 and next_is_number (N,) bool: every position
     kept for the ``<NUM>`` row's fit (empty when not asked for)."""
 
     number_features: Tensor
     number_values: Tensor
     number_is_target: Tensor
+    number_earlier: Tensor
     token_features: Tensor
     rest_log_partition: Tensor
     next_is_number: Tensor
@@ -164,7 +182,10 @@ def read_positions(
     num_id = model.config.num_token_id
     head = model.action.classification_head
     device = head.weight.device  # the batches go where the model is
+    earlier_numbers = model.action.earlier_numbers  # None, or the values of each row's earlier numbers
+    count = 0 if earlier_numbers is None else earlier_numbers.weight.numel()  # K
     features, values, is_target, token_features, partitions, is_next_number = [], [], [], [], [], []
+    earlier = []
     kept, row = 0, 0
     total = len(batches) if hasattr(batches, "__len__") else None
     for index, batch in enumerate(batches):
@@ -185,6 +206,9 @@ def read_positions(
         values.append(numbers[:, 1:].reshape(-1)[targets.positions][is_number].double())
         is_target.append(_target_marks(batch.get("labels", ids), num_id, target_ordinals, row)
                          .reshape(-1)[targets.positions][is_number])
+        if earlier_numbers is not None:
+            before, _ = earlier_numbers.values(ids, numbers, num_id)  # (B,S,K)
+            earlier.append(before[:, :-1].reshape(-1, count)[targets.positions][is_number])
         row += ids.shape[0]
         take = min(token_positions - kept, loc_U.shape[0])
         if take > 0:
@@ -197,10 +221,14 @@ def read_positions(
     def joined(parts: list[Tensor], *shape: int, dtype: torch.dtype) -> Tensor:
         return torch.cat(parts) if parts else torch.zeros(*shape, dtype=dtype, device=device)
 
+    number_values = joined(values, 0, dtype=torch.float64)  # (M,)
+    if earlier_numbers is None:  # (M,0): no earlier numbers are read
+        earlier = [torch.zeros(len(number_values), 0, dtype=torch.float64, device=device)]
     return TrainingPositions(
         number_features=joined(features, 0, causal_size, dtype=torch.float64),
-        number_values=joined(values, 0, dtype=torch.float64),
+        number_values=number_values,
         number_is_target=joined(is_target, 0, dtype=torch.bool),
+        number_earlier=joined(earlier, 0, count, dtype=torch.float64),
         token_features=joined(token_features, 0, causal_size, dtype=torch.float32),
         rest_log_partition=joined(partitions, 0, dtype=torch.float64),
         next_is_number=joined(is_next_number, 0, dtype=torch.bool),
@@ -365,6 +393,7 @@ def warm_start(
     max_positions: int = MAX_TOKEN_POSITIONS,
     progress: Callable[[str], None] | None = None,
     target_ordinals: list[int] | None = None,
+    in_time_order: bool = False,
 ) -> dict[str, WarmStartReport | NumTokenStartReport | None]:
     """The starts of the module docstring that have a ridge, from one pass over ``dataset``:
     ``{"regression": report, "num_token": report}``, None for a start not asked for or without data (no number in
@@ -372,7 +401,9 @@ def warm_start(
     numbers, when every row names one (the regression fit, the ridge choice and ``γ_Y`` read the targets, the
     numbers the user scores: `scored_numbers`). Every process of a distributed run reads the whole dataset in the
     same order, so all start from the same heads. ``progress`` gets one-line messages (the pass takes a forward
-    pass over the training set: minutes for a real base on a CPU)."""
+    pass over the training set: minutes for a real base on a CPU). ``in_time_order``: the rows come in time order
+    (a split by a column), so the earlier numbers, for a model that has them, must help forecasts forward
+    (`keeps_earlier`)."""
     if target_ordinals is not None and len(target_ordinals) != len(dataset):
         raise ValueError(f"target_ordinals has {len(target_ordinals)} entries for a dataset of {len(dataset)} rows")
     for name, ridge in (("regression", regression_ridge), ("<NUM> token", num_token_ridge)):
@@ -397,7 +428,8 @@ def warm_start(
         return reports
     read_seconds = time.perf_counter() - started
     if regression_ridge is not None:
-        regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds)
+        regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds,
+                                                               in_time_order)
         if progress is not None:
             chosen = " (auto: by the out-of-fold error)" if regression.out_of_fold_by_ridge else ""
             targets = int(positions.number_is_target.sum())
@@ -407,6 +439,12 @@ def warm_start(
             progress(f"regression warm start: {regression.numbers} numbers{scored}, ridge {regression.ridge:g}{chosen}, "
                      f"median absolute residual {regression.train_mdae:.4g} in sample, {regression.out_of_fold_mdae:.4g} "
                      f"out of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
+            if regression.earlier_block_errors is not None:
+                without, within = (regression.earlier_block_errors[key] for key in ("without", "with"))
+                verdict = "read beside the features" if regression.earlier_numbers else "not read: they do not help"
+                progress(f"earlier numbers: {verdict} (each {'forward ' if in_time_order else ''}block's median "
+                         f"absolute error {', '.join(f'{e:.4g}' for e in without)} without them, "
+                         f"{', '.join(f'{e:.4g}' for e in within)} with them)")
     if num_token_ridge is not None and not bool(positions.next_is_number.any()):
         message = (f"<NUM> warm start: no number follows any of the {len(positions.next_is_number)} positions read; "
                    "the <NUM> row keeps its converted values")
@@ -422,9 +460,12 @@ def warm_start(
     return reports
 
 
-def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float) -> WarmStartReport:
-    weight, bias, report = _fit_regression(positions.number_features, positions.number_values,
-                                           positions.number_is_target, ridge, read_seconds)
+def _start_regression(model, positions: TrainingPositions, ridge: float | str, read_seconds: float,
+                      in_time_order: bool = False) -> WarmStartReport:
+    earlier = positions.number_earlier if model.action.earlier_numbers is not None else None
+    weight, bias, earlier_weight, report = _fit_regression(
+        positions.number_features, positions.number_values, positions.number_is_target, ridge, read_seconds,
+        earlier=earlier, weigh_earlier=True, in_time_order=in_time_order)
     spread = report.out_of_fold_mdae
     noise = model.action.number_noise
     if noise is None and not bool(weight.abs().max() > 0):
@@ -437,7 +478,7 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
         weight = kept
         logger.info("regression warm start: the features before the numbers do not vary; W_reg keeps its "
                     "converted values so that the numbers keep a width")
-    _set_regression_head(model, weight, bias)
+    _set_regression_head(model, weight, bias, earlier_weight)
     if noise is not None and spread > 0:
         with torch.no_grad():
             noise.weight.zero_()
@@ -446,33 +487,134 @@ def _start_regression(model, positions: TrainingPositions, ridge: float | str, r
     return report
 
 
-def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: float | str,
-                    read_seconds: float) -> tuple[Tensor, Tensor, WarmStartReport]:
-    """``(W (C,), b (), report)``: the ridge fit of the module docstring (``λ`` chosen when ``auto``) to features
-    (M,C) and values (M,); ``is_target`` (M,) marks the numbers the fit, the choice and the residuals read."""
+def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: float | str, read_seconds: float,
+                    earlier: Tensor | None = None, weigh_earlier: bool = False,
+                    in_time_order: bool = False) -> tuple[Tensor, Tensor, Tensor | None, WarmStartReport]:
+    """``(W (C,), b (), w_e (K,) or None, report)``: the ridge fit of the module docstring (``λ`` chosen when
+    ``auto``) to features (M,C) and values (M,); ``is_target`` (M,) marks the numbers the fit, the choice and the
+    residuals read. ``earlier`` (M,K): the values of the numbers before each (None: a read-out without them); they
+    are read only when the targets are scored, and then, with ``weigh_earlier``, only where `keeps_earlier` says so
+    (blocks forecast forward when ``in_time_order``); without it they are kept (a refit keeps the start's choice).
+    ``w_e`` None: the earlier numbers are not read."""
     started = time.perf_counter()
     scored = scored_numbers(is_target)  # (M,)
     features, values = features[scored], values[scored]  # (K,C), (K,) the numbers the user scores
-    by_ridge = None
-    if ridge == "auto":
-        ridge, by_ridge = choose_ridge(features, values)
-    weight, bias = ridge_fit(features, values, ridge)
-    in_sample = float((features @ weight + bias - values).abs().median())
-    spread = float(out_of_fold_residuals(features, values, ridge).abs().median())
-    forward = forward_residuals(features, values, ridge)  # (about 4M/5,) or None
-    report = WarmStartReport(numbers=len(scored), scored=len(values), ridge=ridge, train_mdae=in_sample,
-                             out_of_fold_mdae=spread, seconds=read_seconds + time.perf_counter() - started,
-                             out_of_fold_by_ridge=by_ridge,
-                             forward_mdae=None if forward is None else float(forward.abs().median()))
-    return weight, bias, report
+    plain = _ReadOut.fitted(features, values, ridge, ridge_fit)
+    chosen, earlier_weight, block_errors_report = plain, None, None
+    if earlier is not None and earlier.shape[1] > 0 and not bool(scored.all()):  # the targets are scored
+        scale = earlier_scales(features, earlier[scored])  # (K,)
+        widened = torch.cat([features, earlier[scored] * scale], dim=1)  # (K,C+K')
+        fit = earlier_ridge(earlier.shape[1])
+        with_earlier = _ReadOut.fitted(widened, values, ridge, fit)
+        keep = True
+        if weigh_earlier:
+            without = block_errors(features, values, plain.ridge, ridge_fit, in_time_order)
+            within = block_errors(widened, values, with_earlier.ridge, fit, in_time_order)
+            keep = keeps_earlier(without, within)
+            if without is not None and within is not None:
+                block_errors_report = {"without": without.tolist(), "with": within.tolist()}
+        if keep:
+            causal_size = features.shape[1]
+            chosen, earlier_weight = with_earlier, with_earlier.weight[causal_size:] * scale
+            chosen.weight = with_earlier.weight[:causal_size]
+    report = WarmStartReport(numbers=len(scored), scored=len(values), ridge=chosen.ridge, train_mdae=chosen.in_sample,
+                             out_of_fold_mdae=chosen.out_of_fold, seconds=read_seconds + time.perf_counter() - started,
+                             out_of_fold_by_ridge=chosen.by_ridge, forward_mdae=chosen.forward,
+                             earlier_numbers=0 if earlier_weight is None else len(earlier_weight),
+                             earlier_block_errors=block_errors_report)
+    return chosen.weight, chosen.bias, earlier_weight, report
+
+
+@dataclass
+class _ReadOut:
+    """One ridge read-out of the scored numbers and its residuals' medians (`_fit_regression`)."""
+
+    weight: Tensor
+    bias: Tensor
+    ridge: float
+    by_ridge: dict[str, float] | None
+    in_sample: float
+    out_of_fold: float
+    forward: float | None
+
+    @classmethod
+    def fitted(cls, features: Tensor, values: Tensor, ridge: float | str, fit: RegressionFit) -> "_ReadOut":
+        by_ridge = None
+        if ridge == "auto":
+            ridge, by_ridge = choose_ridge(features, values, fit=fit)
+        weight, bias = fit(features, values, ridge)
+        forward = forward_residuals(features, values, ridge, fit=fit)  # (about 4M/5,) or None
+        return cls(weight=weight, bias=bias, ridge=ridge, by_ridge=by_ridge,
+                   in_sample=float((features @ weight + bias - values).abs().median()),
+                   out_of_fold=float(out_of_fold_residuals(features, values, ridge, fit=fit).abs().median()),
+                   forward=None if forward is None else float(forward.abs().median()))
+
+
+def earlier_scales(features: Tensor, earlier: Tensor) -> Tensor:
+    """``c_j = rms(X) / rms(e_j)`` (K,) over the features (M,C) and earlier values (M,K) a fit reads: the factor that
+    puts each earlier number's column on the features' scale, so that one ridge reads both (0 for a column of
+    zeros: a row with fewer numbers)."""
+    size = features.square().mean().sqrt()
+    spread = earlier.square().mean(dim=0).sqrt()  # (K,)
+    return torch.where(spread > 0, size / spread.clamp_min(torch.finfo(spread.dtype).tiny), torch.zeros_like(spread))
+
+
+def earlier_ridge(count: int) -> RegressionFit:
+    """The fit of ``[X, e·c]`` (M, C+K): `ridge_fit` with the last ``count`` (K) columns, the earlier numbers
+    (`earlier_scales`), penalised `EARLIER_RIDGE_SHARE` as much as the features, ``(W (C+K,), b ())``."""
+
+    def fit(features: Tensor, values: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
+        causal_size = features.shape[1] - count
+        mean_x, mean_y = features.mean(dim=0), values.mean()  # centring leaves the bias out of the penalty
+        centred = features - mean_x  # (M,C+K)
+        penalty = ridge * float(features[:, :causal_size].square().sum()) / causal_size
+        diagonal = torch.full((features.shape[1],), penalty, dtype=features.dtype, device=features.device)
+        diagonal[causal_size:] *= EARLIER_RIDGE_SHARE
+        weight = torch.linalg.solve(centred.T @ centred + torch.diag(diagonal), centred.T @ (values - mean_y))
+        return weight, mean_y - mean_x @ weight
+
+    return fit
+
+
+def block_errors(features: Tensor, values: Tensor, ridge: float, fit: RegressionFit, forward: bool) -> Tensor | None:
+    """Each block's median absolute error (blocks,) of ``fit`` at ``ridge``: each of blocks 2..`FOLDS` forecast from
+    the blocks before it (``forward``: data in time order, `forward_residuals`), else each of the `FOLDS` blocks
+    from the others (`out_of_fold_residuals`). None below ``2·FOLDS`` numbers."""
+    count = len(values)
+    if count < 2 * FOLDS:
+        return None
+    edges = block_edges(count, FOLDS)
+    if forward:
+        residuals = forward_residuals(features, values, ridge, fit=fit).abs()
+        edges = [edge - edges[1] for edge in edges[1:]]  # the forecast blocks, from the second on
+    else:
+        residuals = out_of_fold_residuals(features, values, ridge, fit=fit).abs()
+    return torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])
+
+
+def keeps_earlier(without: Tensor | None, within: Tensor | None) -> bool:
+    """Whether the read-out with the earlier numbers is kept: its block errors (`block_errors`) lie below those
+    without them by more than one standard error of the paired differences (the simpler read-out keeps the
+    benefit of the doubt; never with too few numbers for blocks)."""
+    if without is None or within is None:
+        return False
+    gain = without - within  # (blocks,)
+    return float(gain.mean()) > float(gain.std()) / math.sqrt(len(gain))
 
 
 @torch.no_grad()
-def _set_regression_head(model, weight: Tensor, bias: Tensor) -> None:
-    """``W_reg ← weight``, ``b_reg ← bias`` in the head's dtype (through LoRA's wrapper, the trained copy)."""
+def _set_regression_head(model, weight: Tensor, bias: Tensor, earlier_weight: Tensor | None = None) -> None:
+    """``W_reg ← weight``, ``b_reg ← bias`` in the head's dtype (through LoRA's wrapper, the trained copy), and the
+    earlier numbers' ``w_e ← earlier_weight``, or, when it is None, no earlier numbers read
+    (`CausalQwenForCausalLM.set_earlier_numbers`)."""
     head = model.action.regression_head
     head.weight.copy_(weight.reshape(head.weight.shape).to(head.weight.dtype))
     head.bias.copy_(bias.reshape(head.bias.shape).to(head.bias.dtype))
+    if earlier_weight is None:
+        if model.action.earlier_numbers is not None:
+            model.set_earlier_numbers(0)
+    else:
+        model.action.earlier_numbers.weight.copy_(earlier_weight.to(model.action.earlier_numbers.weight.dtype))
 
 
 def refit_regression(
@@ -489,7 +631,8 @@ def refit_regression(
 ) -> WarmStartReport | None:
     """Refit the regression read-out ``[W_reg, b_reg]`` after training to ``trained_rows`` and ``kept_rows`` (the
     check slice) together, or to ``trained_rows`` alone when ``kept_rows`` is None (the read-out the checks then
-    measure), on the trained model's ``loc_U``, by the ridge of the module docstring. ``auto`` chooses ``λ`` on
+    measure), on the trained model's ``loc_U`` (and the earlier numbers, when the warm start kept them), by the
+    ridge of the module docstring. ``auto`` chooses ``λ`` on
     ``trained_rows`` alone, as the warm start did (`choose_ridge`): the checks measure the model that ``λ`` gives,
     and a resumed run chooses as an uninterrupted one; ``by_ridge`` is the report of a choice made before (kept in
     this report). The numbers' noise and the interval factor stay as trained and checked. None (the head unchanged)
@@ -507,20 +650,24 @@ def refit_regression(
         kept = None if kept_rows is None else read(kept_rows, kept_ordinals)
     finally:
         model.train(was_training)
+    reads_earlier = model.action.earlier_numbers is not None  # the start's choice stands
     if ridge == "auto":
         if len(trained.number_values) == 0:
             return None
-        scored = scored_numbers(trained.number_is_target)  # (M,) the numbers the fit reads
-        ridge, by_ridge = choose_ridge(trained.number_features[scored], trained.number_values[scored])
+        chosen = _fit_regression(trained.number_features, trained.number_values, trained.number_is_target, "auto",
+                                 0.0, earlier=trained.number_earlier if reads_earlier else None)[3]
+        ridge, by_ridge = chosen.ridge, chosen.out_of_fold_by_ridge
     rows = [trained] if kept is None else [trained, kept]
     values = torch.cat([read_rows.number_values for read_rows in rows])  # (M,) the numbers of both
     if len(values) == 0:
         return None
-    weight, bias, report = _fit_regression(torch.cat([read_rows.number_features for read_rows in rows]), values,
-                                           torch.cat([read_rows.number_is_target for read_rows in rows]), ridge,
-                                           time.perf_counter() - started)
+    earlier = torch.cat([read_rows.number_earlier for read_rows in rows]) if reads_earlier else None  # (M,K)
+    weight, bias, earlier_weight, report = _fit_regression(
+        torch.cat([read_rows.number_features for read_rows in rows]), values,
+        torch.cat([read_rows.number_is_target for read_rows in rows]), ridge, time.perf_counter() - started,
+        earlier=earlier)
     report.out_of_fold_by_ridge = by_ridge
-    _set_regression_head(model, weight, bias)
+    _set_regression_head(model, weight, bias, earlier_weight)  # (rows of too few targets drop the earlier numbers)
     logger.info("regression refit: %s", report.to_dict())
     if progress is not None:
         rows_read = "the rows trained on, before the checks" if kept is None else "every training row"

@@ -1,0 +1,227 @@
+"""The earlier numbers (`heads.EarlierNumbers`): the number read-out reads the values of a row's last K numbers
+where its number k comes next, the warm start keeps them only where they help, and generation with a KV cache
+reads them as a whole-row forward does."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from .conftest import byte_level_tokenizer, small_qwen
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """A width-16 CausalQwen over the byte-level vocabulary (no calibration) and its tokenizer."""
+    from causal_qwen.conversion.loading import convert_base
+
+    root = tmp_path_factory.mktemp("earlier_numbers")
+    tokenizer = byte_level_tokenizer()
+    small_qwen(tied=True, vocab_size=len(tokenizer), hidden_size=16).save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
+    model, tokenizer = convert_base(str(root / "base"), ovr_calibration="none")
+    return model.eval(), tokenizer
+
+
+def with_earlier_numbers(model, weights: list[float], target: int):
+    """A copy of ``model`` reading ``len(weights)`` earlier numbers with ``w_e = weights`` where number ``target``
+    comes next."""
+    import copy
+
+    reading = copy.deepcopy(model)
+    reading.set_earlier_numbers(len(weights), target)
+    reading.action.earlier_numbers.weight.copy_(torch.tensor(weights))
+    return reading
+
+
+def test_the_values_are_the_rows_last_numbers_latest_first_and_the_term_applies_where_the_target_comes_next():
+    from causal_qwen.core.heads import EarlierNumbers
+
+    num = 1
+    ids = torch.tensor([[0, 1, 0, 1, 0, 1, 0], [1, 0, 0, 0, 0, 0, 0]])  # row 0 reads 5, 7, 9; row 1 one number
+    values = torch.tensor([[0, 5, 0, 7, 0, 9, 0], [4, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)
+    earlier = EarlierNumbers(3, target=2)
+    before, read = earlier.values(ids, values, num)
+    assert before.shape == (2, 7, 3) and read[0].tolist() == [0, 1, 1, 2, 2, 3, 3]
+    assert before[0, 0].tolist() == [0, 0, 0] and before[0, 2].tolist() == [5, 0, 0]
+    assert before[0, 4].tolist() == [7, 5, 0] and before[0, 6].tolist() == [9, 7, 5]
+    assert before[1, 6].tolist() == [4, 0, 0]  # no value crosses rows
+    earlier.weight.copy_(torch.tensor([1.0, 10.0, 100.0]))
+    term = earlier(ids, values, num)
+    # where exactly 2 numbers were read (positions 3 and 4 of row 0): 7·1 + 5·10; elsewhere nothing
+    assert term[0].tolist() == [0, 0, 0, 57, 57, 0, 0] and term[1].tolist() == [0] * 7
+
+
+def test_forward_adds_the_term_to_loc_Y_alone_and_the_loss_reads_it(converted):
+    model, tokenizer = converted
+    batch = tokenizer(["open 100, high 105, low 99, close 102.5."], return_tensors="pt")
+    inputs = {"input_ids": batch["input_ids"], "numeric_values": batch["numeric_values"]}
+    reading = with_earlier_numbers(model, [0.5, 0.25, 2.0], target=3)
+    with torch.no_grad():
+        plain, read = model(**inputs), reading(**inputs)
+    num_positions = (batch["input_ids"][0] == tokenizer.num_token_id).nonzero().flatten().tolist()
+    term = torch.zeros_like(plain.loc_Y)
+    term[0, num_positions[2]: num_positions[3]] = 0.5 * 99 + 0.25 * 105 + 2.0 * 100  # after low, before close
+    torch.testing.assert_close(read.loc_Y, plain.loc_Y + term)
+    torch.testing.assert_close(read.scale_Y, plain.scale_Y)  # the values are observed: no width added
+    torch.testing.assert_close(read.loc_S, plain.loc_S)
+
+    reading.config.regression_gate_alpha = 1.0  # gate 1: the regression loss is the mean Cauchy NLL at the numbers
+    with torch.no_grad():
+        loss = reading(**inputs, labels=batch["input_ids"]).reg_loss
+    before = [position - 1 for position in num_positions]  # the positions that predict the four numbers
+    targets = batch["numeric_values"][0, num_positions].double()
+    loc, scale = read.loc_Y[0, before].double(), read.scale_Y[0, before].double()
+    expected = (torch.log(math.pi * scale) + torch.log1p(((targets - loc) / scale) ** 2)).mean()
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_generation_with_a_cache_reads_the_earlier_numbers_as_a_whole_row_forward(converted):
+    """Standard mode made to write ``<NUM>`` at every step: each new number's value is ``loc_Y`` with the term of
+    the numbers before it, the generated ones included; the numbers written equal a whole-row forward's ``loc_Y``."""
+    model, tokenizer = converted
+    reading = with_earlier_numbers(model, [1.0, 0.5], target=3)
+    with torch.no_grad():
+        reading.action.classification_head.bias[tokenizer.num_token_id] += 1e6  # <NUM> wins every decision
+    tokenizer.padding_side = "left"
+    batch = tokenizer(["a 3, b 4,", "x 1.5 and"], return_tensors="pt", padding=True)
+    out = reading.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           numeric_values=batch["numeric_values"], mode="standard", max_new_tokens=4,
+                           return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+    prompt = batch["input_ids"].shape[1]
+    assert bool((out.sequences[:, prompt:] == tokenizer.num_token_id).all())
+    mask = torch.cat([batch["attention_mask"], torch.ones_like(out.sequences[:, prompt:])], dim=1)
+    with torch.no_grad():
+        whole = reading(input_ids=out.sequences, numeric_values=out.numeric_values.float(), attention_mask=mask)
+    written = out.numeric_values[:, prompt:]  # (B,4): the value each step wrote
+    torch.testing.assert_close(written.float(), whole.loc_Y[:, prompt - 1:-1].float(), rtol=1e-5, atol=1e-4)
+    # row 0 read 3 and 4 in its prompt: its first number (its 3rd, k = 2 read) gets no term, its second (k = 3) does
+    term = reading.earlier_numbers_term(out.sequences, out.numeric_values)
+    assert float(term[0, prompt - 1]) == 0.0 and float(term[0, prompt]) == pytest.approx(
+        float(written[0, 0]) * 1.0 + 4 * 0.5, rel=1e-5)
+
+
+def test_a_cache_or_embeddings_without_the_term_are_refused(converted):
+    from transformers import DynamicCache
+
+    model, tokenizer = converted
+    reading = with_earlier_numbers(model, [1.0], target=1)
+    batch = tokenizer(["a 3, b"], return_tensors="pt")
+    ids, values = batch["input_ids"], batch["numeric_values"]
+    cache = DynamicCache(config=reading.config)
+    with torch.no_grad():
+        reading(input_ids=ids[:, :-1], numeric_values=values[:, :-1], cache=cache, use_cache=True)
+        with pytest.raises(ValueError, match="KV cache hides"):
+            reading(input_ids=ids[:, -1:], numeric_values=values[:, -1:], cache=cache, use_cache=True)
+        whole = reading.earlier_numbers_term(ids, values)
+        stepped = reading(input_ids=ids[:, -1:], numeric_values=values[:, -1:], cache=cache, use_cache=True,
+                          earlier_term=whole[:, -1:])
+        full = reading(input_ids=ids, numeric_values=values)
+        torch.testing.assert_close(stepped.loc_Y[:, -1], full.loc_Y[:, -1], rtol=1e-5, atol=1e-5)
+        with pytest.raises(ValueError, match="earlier numbers of each row"):
+            reading(inputs_embeds=reading.embed(ids, values))
+    assert model.earlier_numbers_term(ids, values) is None  # a model without them
+
+
+def test_a_saved_model_keeps_its_earlier_numbers_in_float32(converted, tmp_path):
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+
+    model, tokenizer = converted
+    reading = with_earlier_numbers(model, [0.125, -3.0], target=2)
+    reading.save_pretrained(tmp_path / "saved")
+    loaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16)
+    assert loaded.config.earlier_numbers == 2 and loaded.config.earlier_numbers_target == 2
+    assert loaded.action.earlier_numbers.weight.dtype == torch.float32
+    assert loaded.action.earlier_numbers.weight.tolist() == [0.125, -3.0]
+    with pytest.raises(ValueError, match="earlier_numbers_target must be >= 1"):
+        reading.set_earlier_numbers(2, 0)
+
+
+def test_the_fit_keeps_the_earlier_numbers_where_they_carry_the_target_and_not_where_they_drift():
+    """Features that carry nothing. y = 2·e₀ − e₁ + 1: the fit keeps the earlier numbers and reads them exactly.
+    y = e₀ for the first 60% of the rows and −e₀ after, in time order: forecast forward, the earlier numbers make
+    the later blocks worse, and the fit leaves them out."""
+    from causal_qwen.training.warm_start import _fit_regression
+
+    generator = torch.Generator().manual_seed(5)
+    count = 80
+    features = torch.randn(count, 6, generator=generator, dtype=torch.float64)
+    earlier = torch.randn(count, 3, generator=generator, dtype=torch.float64) * 10
+    is_target = torch.ones(count, dtype=torch.bool)
+    every = torch.cat([torch.zeros(count, dtype=torch.bool), is_target])  # half the numbers are targets
+    doubled = lambda tensor: torch.cat([tensor, tensor])  # noqa: E731 (non-targets beside them, as a sentence has)
+
+    linear = 2 * earlier[:, 0] - earlier[:, 1] + 1
+    weight, bias, earlier_weight, report = _fit_regression(
+        doubled(features), doubled(linear), every, "auto", 0.0, earlier=doubled(earlier), weigh_earlier=True)
+    assert earlier_weight is not None and report.earlier_numbers == 3
+    forecast = features @ weight + bias + earlier @ earlier_weight
+    assert float((forecast - linear).abs().max()) < 0.05
+    assert len(report.earlier_block_errors["with"]) == 5
+
+    sign = torch.where(torch.arange(count) < 0.6 * count, 1.0, -1.0).double()
+    drifting = sign * earlier[:, 0]
+    _, _, earlier_weight, report = _fit_regression(
+        doubled(features), doubled(drifting), every, "auto", 0.0, earlier=doubled(earlier), weigh_earlier=True,
+        in_time_order=True)
+    assert earlier_weight is None and report.earlier_numbers == 0
+    without, within = report.earlier_block_errors["without"], report.earlier_block_errors["with"]
+    assert len(without) == 4 and within[-1] > without[-1]  # the last forward block: worse with them
+
+
+def sum_config(tmp_path, name: str, rows: list[str]):
+    """A four-key config over ``day,a,b,total``: the total follows ``a`` and ``b``, a split in time."""
+    (tmp_path / f"{name}.csv").write_text("\n".join(["day,a,b,total", *rows]) + "\n", encoding="utf-8")
+    config_file = tmp_path / f"{name}.yaml"
+    config_file.write_text(
+        f"data: {tmp_path / f'{name}.csv'}\ntemplate: 'On {{day}}: a {{a}}, b {{b}}, total {{total}}.'\n"
+        "target: total\nsplit_by: day\nsplit_at: '2020-04-01'\n", encoding="utf-8")
+    return config_file
+
+
+def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_resumed_run_keeps_them(tmp_path):
+    """On the tiny preset, a total that is ``3·a − b`` of the numbers before it: the recipe's warm start keeps the
+    earlier numbers (and says so), the saved model reads them, and its held-out forecast is close; a run resumed
+    from a checkpoint builds the read-out the start kept. A total of noise keeps none."""
+    from causal_qwen.core.modeling import CausalQwenForCausalLM
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    generator = torch.Generator().manual_seed(0)
+    a = (torch.rand(120, generator=generator) * 50 + 10).tolist()
+    b = (torch.rand(120, generator=generator) * 20).tolist()
+    days = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d}" for i in range(120)]
+    rows = [f"{day},{x:.1f},{y:.1f},{3 * round(x, 1) - round(y, 1):.1f}" for day, x, y in zip(days, a, b)]
+    settings = ["max_steps=2", "report_to=none", "progress_bar=false", "eval_steps=0", "save_steps=1"]
+    config = load_train_config(sum_config(tmp_path, "sums", rows), [f"output_dir={tmp_path / 'run'}", *settings])
+    assert config.earlier_numbers == 3
+    lines: list[str] = []
+    result = run_training(config, report=lines.append)
+    assert any(line.startswith("earlier numbers: read beside the features") for line in lines), lines
+    saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
+    assert saved.config.earlier_numbers == 3 and saved.config.earlier_numbers_target == 2
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
+    batch = tokenizer(["On 2020-05-02: a 40.0, b 5.0, total"], return_tensors="pt")
+    with torch.no_grad():
+        forecast = float(saved(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"]).loc_Y[0, -1])
+    assert forecast == pytest.approx(115.0, abs=3.0)
+
+    resumed = load_train_config(sum_config(tmp_path, "sums", rows),
+                                [f"output_dir={tmp_path / 'run'}", *settings, "max_steps=3"])
+    again = run_training(resumed, resume=True)
+    assert again.global_step == 3
+    assert CausalQwenForCausalLM.from_pretrained(again.final_dir).config.earlier_numbers == 3
+
+    noise = (torch.randn(120, generator=generator) * 5 + 50).tolist()
+    rows = [f"{day},{x:.1f},{y:.1f},{z:.1f}" for day, x, y, z in zip(days, a, b, noise)]
+    config = load_train_config(sum_config(tmp_path, "noise", rows), [f"output_dir={tmp_path / 'noise_run'}", *settings])
+    lines = []
+    result = run_training(config, report=lines.append)
+    assert any(line.startswith("earlier numbers: not read") for line in lines), lines
+    assert CausalQwenForCausalLM.from_pretrained(result.final_dir).config.earlier_numbers == 0
