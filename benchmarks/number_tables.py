@@ -43,7 +43,8 @@ predicted scale and |error|), ``calibration`` (nominal vs empirical central-inte
 training's ``interval_check``, ``interval_floor`` (the widths floored at the warm start's out-of-fold error on a
 table too small for a check slice, or at its forward error after a time split with the backbone frozen; its
 ``floor`` says which), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
-that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit).
+that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit),
+and ``warm_start``, the regression warm start's (its ``earlier_numbers``: how many earlier numbers it kept).
 ``acceptance`` per table checks issue 11's figures. ``--json`` prints
 ``{"tables": {NAME: {MODEL: {FIGURE: ...}}}, "acceptance": ..., "settings": ...}`` (and ``real_weights`` with
 ``--real-base``: see `real_weight_figures`).
@@ -323,7 +324,8 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
              "location_check": None if result.location_check is None else result.location_check.to_dict(),
              "regression_refit_before": (None if result.regression_refit_before is None
                                          else result.regression_refit_before.to_dict()),
-             "regression_refit": None if result.regression_refit is None else result.regression_refit.to_dict()}
+             "regression_refit": None if result.regression_refit is None else result.regression_refit.to_dict(),
+             "warm_start": None if result.warm_start is None else result.warm_start.to_dict()}
     if not keep_run:
         del model
         shutil.rmtree(result.output_dir, ignore_errors=True)

@@ -202,6 +202,7 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     lines: list[str] = []
     result = run_training(config, report=lines.append)
     assert any(line.startswith("earlier numbers: read beside the features") for line in lines), lines
+    assert result.warm_start.earlier_numbers == 3 and len(result.warm_start.earlier_block_errors["with"]) == 4
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.earlier_numbers == 3 and saved.config.earlier_numbers_target == 2
     from causal_qwen.core.tokenizer import NumericTokenizer
@@ -215,7 +216,7 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     resumed = load_train_config(sum_config(tmp_path, "sums", rows),
                                 [f"output_dir={tmp_path / 'run'}", *settings, "max_steps=3"])
     again = run_training(resumed, resume=True)
-    assert again.global_step == 3
+    assert again.global_step == 3 and again.warm_start.earlier_numbers == 3  # the start's report, read back
     assert CausalQwenForCausalLM.from_pretrained(again.final_dir).config.earlier_numbers == 3
 
     noise = (torch.randn(120, generator=generator) * 5 + 50).tolist()
@@ -225,3 +226,13 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     result = run_training(config, report=lines.append)
     assert any(line.startswith("earlier numbers: not read") for line in lines), lines
     assert CausalQwenForCausalLM.from_pretrained(result.final_dir).config.earlier_numbers == 0
+
+
+def test_a_bad_earlier_numbers_setting_is_named(tmp_path):
+    from causal_qwen.training.train_config import load_train_config
+
+    config_file = sum_config(tmp_path, "bad", ["2020-01-01,1,2,3"])
+    for value in ("-1", "17", "2.5", "true"):
+        with pytest.raises(ValueError, match="earlier_numbers"):
+            load_train_config(config_file, [f"earlier_numbers={value}"])
+    assert load_train_config(config_file, ["earlier_numbers=0"]).earlier_numbers == 0

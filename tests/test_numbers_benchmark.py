@@ -286,6 +286,9 @@ def test_real_set_reaches_the_unseen_tables_real_weight_runs(bench, tmp_path):
     before, refit = riots["causal_qwen_real"]["regression_refit_before"], riots["causal_qwen_real"]["regression_refit"]
     assert before["numbers"] + riots["causal_qwen_real"]["interval_check"]["numbers"] == refit["numbers"]
     assert riots["causal_qwen"]["regression_refit_before"] is None  # the random recipe does not refit
+    # la-riots' age is its sentence's first number: no earlier numbers to offer, and the warm start says so
+    assert riots["causal_qwen"]["warm_start"]["earlier_numbers"] == 0
+    assert riots["causal_qwen"]["warm_start"]["earlier_block_errors"] is None
     # without --workdir each run folder goes once its table is measured (a real base's is 2.4 GB)
     assert not (tmp_path / "run-la-riots").exists() and not (tmp_path / "real" / "run-la-riots").exists()
 

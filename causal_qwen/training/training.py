@@ -791,7 +791,8 @@ class TrainingResult:
     (``message`` says so; ``train_loss`` is then None). ``regression_refit_before``: the refit to the rows trained
     on that the checks measured; ``regression_refit``: the saved one, to every training row; ``interval_floor``:
     the widths floored at the warm start's error (`interval_floor`: a table too small for ``interval_check``, or
-    a split by a column with the backbone frozen)."""
+    a split by a column with the backbone frozen); ``warm_start``: the regression warm start's report (this run's,
+    or the one a resumed run continues), with whether it kept the earlier numbers."""
 
     output_dir: Path
     final_dir: Path
@@ -807,6 +808,7 @@ class TrainingResult:
     location_check: LocationCheckReport | None = None
     regression_refit: WarmStartReport | None = None
     regression_refit_before: WarmStartReport | None = None
+    warm_start: WarmStartReport | None = None
 
 
 def _is_main_process() -> bool:
@@ -1017,6 +1019,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         location_check=located,
         regression_refit=refit,
         regression_refit_before=refit_before,
+        warm_start=warm,
     )
 
 
