@@ -124,6 +124,10 @@ def test_a_cache_or_embeddings_without_the_term_are_refused(converted):
         torch.testing.assert_close(stepped.loc_Y[:, -1], full.loc_Y[:, -1], rtol=1e-5, atol=1e-5)
         with pytest.raises(ValueError, match="earlier numbers of each row"):
             reading(inputs_embeds=reading.embed(ids, values))
+        with pytest.raises(ValueError, match=r"earlier_term has shape \(1, 2\), expected \(1, "):
+            reading(input_ids=ids, numeric_values=values, earlier_term=whole[:, :2])
+        with pytest.raises(ValueError, match="reads no earlier numbers"):
+            model(input_ids=ids, numeric_values=values, earlier_term=whole)
     assert model.earlier_numbers_term(ids, values) is None  # a model without them
 
 

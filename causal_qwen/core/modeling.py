@@ -271,6 +271,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         cache = _one_cache(cache, kwargs.pop("past_key_values", None))
         if earlier_term is None and self.action.earlier_numbers is not None:
             earlier_term = self._earlier_term_of_rows(input_ids, numeric_values, cache)  # (B,S)
+        elif earlier_term is not None:
+            self._check_earlier_term(earlier_term, input_ids if input_ids is not None else inputs_embeds)
         if backbone_features is not None:  # training's feature cache: embedding and backbone ran before
             features, output = self._cached_features(backbone_features, input_ids), CausalQwenOutput()
             if labels is not None:
@@ -379,6 +381,17 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                              "earlier_numbers), which a KV cache hides: pass earlier_term=model.earlier_numbers_term("
                              "whole_ids, whole_values)[:, -step:] (model.generate does)")
         return self.earlier_numbers_term(input_ids, numeric_values)
+
+    def _check_earlier_term(self, earlier_term: Tensor, inputs: Tensor | None) -> None:
+        """``ValueError`` unless this model reads earlier numbers and ``earlier_term`` is (B,S) like ``inputs``."""
+        if self.action.earlier_numbers is None:
+            raise ValueError("earlier_term was given, but this model reads no earlier numbers (config.earlier_numbers "
+                             "is 0)")
+        expected = tuple(inputs.shape[:2]) if inputs is not None else None
+        if not isinstance(earlier_term, Tensor) or earlier_term.dim() != 2 or (
+                expected is not None and tuple(earlier_term.shape) != expected):
+            found = tuple(earlier_term.shape) if isinstance(earlier_term, Tensor) else type(earlier_term).__name__
+            raise ValueError(f"earlier_term has shape {found}, expected {expected or '(B,S)'} (one value a position)")
 
     def _cached_features(self, backbone_features: Tensor, input_ids: Tensor | None) -> Tensor:
         """``z`` (B,S,H) given as ``backbone_features``, checked against ``input_ids`` and the hidden size."""
