@@ -35,7 +35,7 @@ document's number ``k ≥ 1``). A frozen base reads a number only through ``φ(v
 loses the exact values of a sentence's other numbers (a day's open, high and low before its close). The fit is
 then made twice: as above, and with the values ``e`` of the ``K`` numbers before each target beside the
 features (each column scaled to the features' size, `earlier_scales`, and penalised `EARLIER_RIDGE_SHARE` as much,
-so that the values enter as least squares would take them: `earlier_ridge_fit`). The values are kept when they
+so that the values enter as least squares would take them: `earlier_ridge`). The values are kept when they
 lower the error of every block of the training rows, on average, by more than one standard error of the blocks'
 differences (`keeps_earlier`): each block forecast from the blocks before it when the documents are in time order
 (a relation between the numbers that drifts, as wages and the price of wheat over two centuries, must hold
