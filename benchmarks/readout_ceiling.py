@@ -47,8 +47,8 @@ document (`heads.EarlierNumbers`; each column scaled to the features' size and p
 `warm_start.EARLIER_RIDGE_SHARE` as much, so the values enter as least squares would take them, `warm_start.earlier_ridge`):
 held-out MdAE at the ``λ`` its own out-of-fold error chooses and the best in hindsight, and which of the two
 read-outs the recipes' rule would keep, reading only the training rows (`warm_start.keeps_earlier`: the values
-when they lower the error of each block, forward for a time split and out of fold otherwise, by more than the
-blocks' standard error). The benchmark's features are the converted model's, before training.
+when they lower the error of each block, forward for a time split and out of fold otherwise, by more than two
+of the blocks' standard errors). The benchmark's features are the converted model's, before training.
 
 ``--json`` prints ``{"tables": {NAME: {...}}, "seconds": ...}``. On Qwen2.5-Coder-0.5B and 2 CPU cores the six tables
 take about 15 minutes, nearly all of it the backbone's one pass over airports' 3,372 sentences.

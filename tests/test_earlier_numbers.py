@@ -177,6 +177,22 @@ def test_the_fit_keeps_the_earlier_numbers_where_they_carry_the_target_and_not_w
     assert len(without) == 4 and within[-1] > without[-1]  # the last forward block: worse with them
 
 
+def test_the_values_are_kept_only_past_two_standard_errors_of_the_blocks_gain():
+    """Paired block gains g = without − within: mean(g) must pass 2·sd(g)/√n. The real base's Seattle highs gained
+    0.30, 0.06, 0.02, −0.02 (1.25 standard errors) and are not kept; the tiny default's ohlc (2.3) is."""
+    from causal_qwen.training.warm_start import keeps_earlier
+
+    def kept(gains: list[float]) -> bool:
+        without = torch.full((len(gains),), 5.0, dtype=torch.float64)
+        return keeps_earlier(without, without - torch.tensor(gains, dtype=torch.float64))
+
+    assert not kept([0.303, 0.057, 0.024, -0.022])
+    assert kept([0.879, 1.246, 0.226, 2.971])
+    assert not kept([-1.0, -2.0, -0.5, -0.1])  # worse with the values
+    assert kept([1.0, 1.1, 0.9, 1.0, 1.05])
+    assert not keeps_earlier(None, torch.ones(4, dtype=torch.float64))  # too few numbers for blocks
+
+
 def sum_config(tmp_path, name: str, rows: list[str]):
     """A four-key config over ``day,a,b,total``: the total follows ``a`` and ``b``, a split in time."""
     (tmp_path / f"{name}.csv").write_text("\n".join(["day,a,b,total", *rows]) + "\n", encoding="utf-8")

@@ -166,7 +166,7 @@ def value_numbers(features: torch.Tensor, earlier: torch.Tensor, values: torch.T
 def test_the_values_read_out_is_kept_where_a_number_carries_the_target_and_not_where_it_misleads(ceiling_bench):
     """Features that carry nothing and one earlier number ``v``. Where ``y = 2·v + 1`` the value read-out is all but exact
     and the rule keeps it; where ``y`` has nothing to do with ``v`` (noise around 3) the rule keeps the
-    features, since the values lower no block's error by more than its standard error."""
+    features, since the values lower no block's error by more than two standard errors."""
     generator = torch.Generator().manual_seed(3)
 
     def table(target):

@@ -36,8 +36,8 @@ loses the exact values of a sentence's other numbers (a day's open, high and low
 then made twice: as above, and with the values ``e`` of the ``K`` numbers before each target beside the
 features (each column scaled to the features' size, `earlier_scales`, and penalised `EARLIER_RIDGE_SHARE` as much,
 so that the values enter as least squares would take them: `earlier_ridge`). The values are kept when they
-lower the error of every block of the training rows, on average, by more than one standard error of the blocks'
-differences (`keeps_earlier`): each block forecast from the blocks before it when the documents are in time order
+lower the error of every block of the training rows, on average, by more than two standard errors of the blocks'
+differences (`keeps_earlier`, `EARLIER_KEEP_STANDARD_ERRORS`): each block forecast from the blocks before it when the documents are in time order
 (a relation between the numbers that drifts, as wages and the price of wheat over two centuries, must hold
 forward), from the other blocks otherwise. Else ``w_e = 0`` and training removes the term.
 Why: the features of a real base have ``‖loc_U‖₁`` in the thousands, so Adam, which moves every weight by about
@@ -84,6 +84,9 @@ RIDGE_GRID = (1e-2, 1e-1, 1.0, 10.0, 100.0)  # the relative ridges ``auto`` choo
 AUTO_FALLBACK_RIDGE = 1.0  # ``auto`` with fewer than 2·FOLDS numbers (no out-of-fold residuals to choose by)
 FOLDS = 5  # blocks of the out-of-fold residuals (fewer than 2·FOLDS targets: in-sample residuals)
 EARLIER_RIDGE_SHARE = 1e-6  # the earlier numbers' ridge, as a share of the features': they enter as least squares
+# the earlier numbers are kept when their blocks' mean gain passes this many standard errors: one let a gain of 1.25
+# (the real base's Seattle highs) through that cost the held-out intervals (docs/benchmarks.md, "Seattle-weather")
+EARLIER_KEEP_STANDARD_ERRORS = 2.0
 MAX_TOKEN_POSITIONS = 65_536  # the token fit's positions: N·C float64 (470 MB at C = 896) while it solves
 LOGITS_PER_CHUNK = 1 << 23  # the other rows' log partition, a block of positions at a time: (n,V) float32
 
@@ -594,12 +597,14 @@ def block_errors(features: Tensor, values: Tensor, ridge: float, fit: Regression
 
 def keeps_earlier(without: Tensor | None, within: Tensor | None) -> bool:
     """Whether the read-out with the earlier numbers is kept: its block errors (`block_errors`) lie below those
-    without them by more than one standard error of the paired differences (the simpler read-out keeps the
-    benefit of the doubt; never with too few numbers for blocks)."""
+    without them, on average, by more than `EARLIER_KEEP_STANDARD_ERRORS` standard errors of the paired differences
+    ``mean(g) > 2·sd(g)/√n``, ``g = without − within`` (the simpler read-out keeps the benefit of the doubt; never
+    with too few numbers for blocks)."""
     if without is None or within is None:
         return False
     gain = without - within  # (blocks,)
-    return float(gain.mean()) > float(gain.std()) / math.sqrt(len(gain))
+    standard_error = float(gain.std()) / math.sqrt(len(gain))
+    return float(gain.mean()) > EARLIER_KEEP_STANDARD_ERRORS * standard_error
 
 
 @torch.no_grad()
