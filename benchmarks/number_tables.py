@@ -42,7 +42,8 @@ predicted scale and |error|), ``calibration`` (nominal vs empirical central-inte
 ``train_seconds``; causal_qwen adds ``tail_ratio`` (q90/q50 of |error|/scale; a Cauchy's is 6.31) and its
 training's ``interval_check``, ``interval_floor`` (the widths floored at the warm start's out-of-fold error on a
 table too small for a check slice, or at its forward error after a time split with the backbone frozen; its
-``floor`` says which), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
+``floor`` says which), ``earlier_width`` (the widths where the earlier numbers are read, set to the warm
+start's error with them), ``location_check``, ``regression_refit_before`` (the refit to the rows trained on
 that the checks measured) and ``regression_refit`` reports (null when the run had no check slice, or no refit),
 and ``warm_start``, the regression warm start's (its ``earlier_numbers``: how many earlier numbers it kept).
 ``acceptance`` per table checks issue 11's figures. ``--json`` prints
@@ -322,6 +323,7 @@ def run_causal_qwen(table: Table, converted: Path, workdir: Path, settings: dict
              "tail_ratio": _tail_ratio(numbers.standardized_error()), "recipe": config.recipe,
              "interval_check": None if result.interval_check is None else result.interval_check.to_dict(),
              "interval_floor": None if result.interval_floor is None else result.interval_floor.to_dict(),
+             "earlier_width": None if result.earlier_width is None else result.earlier_width.to_dict(),
              "location_check": None if result.location_check is None else result.location_check.to_dict(),
              "regression_refit_before": (None if result.regression_refit_before is None
                                          else result.regression_refit_before.to_dict()),

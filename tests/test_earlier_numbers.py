@@ -9,7 +9,9 @@ import math
 import pytest
 import torch
 
-from .conftest import byte_level_tokenizer, small_qwen
+from causal_qwen import from_qwen
+
+from .conftest import SMALL_NUM_ID, byte_level_tokenizer, small_qwen
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -51,12 +53,15 @@ def test_the_values_are_the_rows_last_numbers_latest_first_and_the_term_applies_
     assert before[0, 4].tolist() == [7, 5, 0] and before[0, 6].tolist() == [9, 7, 5]
     assert before[1, 6].tolist() == [4, 0, 0]  # no value crosses rows
     earlier.weight.copy_(torch.tensor([1.0, 10.0, 100.0]))
-    term = earlier(ids, values, num)
-    # where exactly 2 numbers were read (positions 3 and 4 of row 0): 7·1 + 5·10; elsewhere nothing
-    assert term[0].tolist() == [0, 0, 0, 57, 57, 0, 0] and term[1].tolist() == [0] * 7
+    earlier.width.fill_(0.25)
+    term = earlier(ids, values, num)  # (B,S,2): the shift of loc_Y, the factor of scale_Y
+    # where exactly 2 numbers were read (positions 3 and 4 of row 0): 7·1 + 5·10, widths ×0.25; elsewhere nothing
+    assert term.shape == (2, 7, 2)
+    assert term[0, :, 0].tolist() == [0, 0, 0, 57, 57, 0, 0] and term[1, :, 0].tolist() == [0] * 7
+    assert term[0, :, 1].tolist() == [1, 1, 1, 0.25, 0.25, 1, 1] and term[1, :, 1].tolist() == [1] * 7
 
 
-def test_forward_adds_the_term_to_loc_Y_alone_and_the_loss_reads_it(converted):
+def test_forward_adds_the_term_to_loc_Y_scales_the_width_there_and_the_loss_reads_both(converted):
     model, tokenizer = converted
     batch = tokenizer(["open 100, high 105, low 99, close 102.5."], return_tensors="pt")
     inputs = {"input_ids": batch["input_ids"], "numeric_values": batch["numeric_values"]}
@@ -67,8 +72,16 @@ def test_forward_adds_the_term_to_loc_Y_alone_and_the_loss_reads_it(converted):
     term = torch.zeros_like(plain.loc_Y)
     term[0, num_positions[2]: num_positions[3]] = 0.5 * 99 + 0.25 * 105 + 2.0 * 100  # after low, before close
     torch.testing.assert_close(read.loc_Y, plain.loc_Y + term)
-    torch.testing.assert_close(read.scale_Y, plain.scale_Y)  # the values are observed: no width added
+    torch.testing.assert_close(read.scale_Y, plain.scale_Y)  # c_e = 1: the widths as they were
     torch.testing.assert_close(read.loc_S, plain.loc_S)
+
+    reading.action.earlier_numbers.width.fill_(0.5)  # c_e: the widths where the values are read, halved
+    with torch.no_grad():
+        read = reading(**inputs)
+    width = torch.ones_like(plain.scale_Y)
+    width[0, num_positions[2]: num_positions[3]] = 0.5
+    torch.testing.assert_close(read.loc_Y, plain.loc_Y + term)
+    torch.testing.assert_close(read.scale_Y, plain.scale_Y * width)
 
     reading.config.regression_gate_alpha = 1.0  # gate 1: the regression loss is the mean Cauchy NLL at the numbers
     with torch.no_grad():
@@ -100,7 +113,7 @@ def test_generation_with_a_cache_reads_the_earlier_numbers_as_a_whole_row_forwar
     written = out.numeric_values[:, prompt:]  # (B,4): the value each step wrote
     torch.testing.assert_close(written.float(), whole.loc_Y[:, prompt - 1:-1].float(), rtol=1e-5, atol=1e-4)
     # row 0 read 3 and 4 in its prompt: its first number (its 3rd, k = 2 read) gets no term, its second (k = 3) does
-    term = reading.earlier_numbers_term(out.sequences, out.numeric_values)
+    term = reading.earlier_numbers_term(out.sequences, out.numeric_values)[..., 0]  # (B,L) the shift of loc_Y
     assert float(term[0, prompt - 1]) == 0.0 and float(term[0, prompt]) == pytest.approx(
         float(written[0, 0]) * 1.0 + 4 * 0.5, rel=1e-5)
 
@@ -124,8 +137,10 @@ def test_a_cache_or_embeddings_without_the_term_are_refused(converted):
         torch.testing.assert_close(stepped.loc_Y[:, -1], full.loc_Y[:, -1], rtol=1e-5, atol=1e-5)
         with pytest.raises(ValueError, match="earlier numbers of each row"):
             reading(inputs_embeds=reading.embed(ids, values))
-        with pytest.raises(ValueError, match=r"earlier_term has shape \(1, 2\), expected \(1, "):
+        with pytest.raises(ValueError, match=r"earlier_term has shape \(1, 2, 2\), expected \(1, "):
             reading(input_ids=ids, numeric_values=values, earlier_term=whole[:, :2])
+        with pytest.raises(ValueError, match=r"earlier_term has shape \(1, \d+\), expected \(1, \d+, 2\)"):
+            reading(input_ids=ids, numeric_values=values, earlier_term=whole[..., 0])
         with pytest.raises(ValueError, match="reads no earlier numbers"):
             model(input_ids=ids, numeric_values=values, earlier_term=whole)
     assert model.earlier_numbers_term(ids, values) is None  # a model without them
@@ -136,13 +151,62 @@ def test_a_saved_model_keeps_its_earlier_numbers_in_float32(converted, tmp_path)
 
     model, tokenizer = converted
     reading = with_earlier_numbers(model, [0.125, -3.0], target=2)
+    reading.action.earlier_numbers.width.fill_(0.375)
     reading.save_pretrained(tmp_path / "saved")
     loaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16)
     assert loaded.config.earlier_numbers == 2 and loaded.config.earlier_numbers_target == 2
     assert loaded.action.earlier_numbers.weight.dtype == torch.float32
     assert loaded.action.earlier_numbers.weight.tolist() == [0.125, -3.0]
+    assert loaded.action.earlier_numbers.width.dtype == torch.float32
+    assert float(loaded.action.earlier_numbers.width) == 0.375
+
+    # a folder saved before the width existed loads with c_e = 1, the widths it was saved with
+    from safetensors.torch import load_file, save_file
+
+    weights_file = tmp_path / "saved" / "model.safetensors"
+    tensors = load_file(weights_file)
+    del tensors["action.earlier_numbers.width"]
+    save_file(tensors, weights_file, metadata={"format": "pt"})
+    older = CausalQwenForCausalLM.from_pretrained(tmp_path / "saved")
+    assert float(older.action.earlier_numbers.width) == 1.0
+    assert older.action.earlier_numbers.weight.tolist() == [0.125, -3.0]
     with pytest.raises(ValueError, match="earlier_numbers_target must be >= 1"):
         reading.set_earlier_numbers(2, 0)
+
+
+def test_the_width_where_the_values_are_read_is_set_to_the_read_outs_error_there_alone():
+    """``c_e = r̃_e / s̃``: after it the median ``scale_Y`` at the training targets is ``r̃_e`` (narrowing or
+    widening), the other numbers keep their widths, and setting it again from the same error gives the same
+    ``c_e`` (it measures ``s̃`` at ``c_e = 1``). Nothing is set without earlier numbers or with too few targets."""
+    from causal_qwen.training.collator import NumericCollator, TokenizedDataset
+    from causal_qwen.training.interval_check import MIN_NUMBERS, set_earlier_width, slice_predictions
+
+    num = SMALL_NUM_ID
+    rows = TokenizedDataset([{"input_ids": [5, num, 6, num, 7, num, 8],
+                              "numeric_values": [0.0, float(a), 0.0, float(b), 0.0, float(a + b), 0.0]}
+                             for a, b in zip(range(12), range(3, 15))])
+    collator, targets = NumericCollator(pad_token_id=0), [2] * 12
+    model = from_qwen(small_qwen(), num_token_id=num, ovr_calibration="none", number_noise_init=1.0)
+    assert set_earlier_width(model, rows, collator, 8, 2.0, targets, forward=True) is None  # no earlier numbers
+    _, _, first_before = slice_predictions(model, rows, collator, 8, [0] * 12)
+    model.set_earlier_numbers(2, 2)
+    _, _, scale = slice_predictions(model, rows, collator, 8, targets)
+    for error in (0.1 * float(scale.median()), 30.0 * float(scale.median())):
+        report = set_earlier_width(model, rows, collator, 8, error, targets, forward=True)
+        assert report is not None and report.numbers == 12 and report.forward
+        assert report.median_scale == pytest.approx(float(scale.median()))
+        assert report.width == pytest.approx(error / report.median_scale)
+        assert float(model.action.earlier_numbers.width) == pytest.approx(report.width)
+        _, _, now = slice_predictions(model, rows, collator, 8, targets)
+        assert float(now.median()) == pytest.approx(error, rel=1e-5)
+        _, _, first = slice_predictions(model, rows, collator, 8, [0] * 12)  # no earlier number read there
+        torch.testing.assert_close(first, first_before)
+        assert "multiplied by" in report.line()
+    again = set_earlier_width(model, rows, collator, 8, report.error, targets, forward=False)
+    assert again.width == pytest.approx(report.width) and "out-of-fold" in again.line()
+    few = TokenizedDataset(list(rows)[: MIN_NUMBERS - 1])
+    assert set_earlier_width(model, few, collator, 8, 1.0, targets[: MIN_NUMBERS - 1], forward=True) is None
+    assert set_earlier_width(model, rows, collator, 8, float("nan"), targets, forward=True) is None
 
 
 def test_the_fit_keeps_the_earlier_numbers_where_they_carry_the_target_and_not_where_they_drift():
@@ -223,8 +287,13 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     result = run_training(config, report=lines.append)
     assert any(line.startswith("earlier numbers: read beside the features") for line in lines), lines
     assert result.warm_start.earlier_numbers == 3 and len(result.warm_start.earlier_block_errors["with"]) == 4
+    width = result.earlier_width  # the widths at the totals, set to the forward error of the read-out with a, b
+    assert width is not None and width.forward and width.error == result.warm_start.forward_mdae
+    assert width.width == pytest.approx(width.error / width.median_scale)
+    assert any(line.startswith("earlier numbers' width:") for line in lines), lines
     saved = CausalQwenForCausalLM.from_pretrained(result.final_dir)
     assert saved.config.earlier_numbers == 3 and saved.config.earlier_numbers_target == 2
+    assert float(saved.action.earlier_numbers.width) == pytest.approx(width.width)
     from causal_qwen.core.tokenizer import NumericTokenizer
 
     tokenizer = NumericTokenizer.from_pretrained(result.final_dir)
@@ -246,6 +315,7 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     result = run_training(config, report=lines.append)
     assert any(line.startswith("earlier numbers: not read") for line in lines), lines
     assert CausalQwenForCausalLM.from_pretrained(result.final_dir).config.earlier_numbers == 0
+    assert result.earlier_width is None
 
 
 def test_a_bad_earlier_numbers_setting_is_named(tmp_path):

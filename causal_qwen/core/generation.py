@@ -299,7 +299,7 @@ class DecodingState:
         """The forward keywords of the step that reads the last ``step_length`` of ``input_ids`` (B,L)."""
         self.extend_to(input_ids)
         inputs: dict[str, Any] = {"numeric_values": self.values[:, -step_length:], "decision": self.mode}
-        whole = model.earlier_numbers_term(input_ids, self.values)  # (B,L) or None: the cache hides earlier numbers
+        whole = model.earlier_numbers_term(input_ids, self.values)  # (B,L,2) or None: the cache hides earlier numbers
         if whole is not None:
             inputs["earlier_term"] = whole[:, -step_length:]
         if self.mode == "causal":

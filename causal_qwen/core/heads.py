@@ -150,15 +150,24 @@ class EarlierNumbers(nn.Module):
 
     and elsewhere nothing. A frozen base reads a number only through ``φ(v)``, a row it never trained, so a linear
     read-out of its features all but loses the exact values of a sentence's other numbers; this term reads them
-    as they are. The values are observed, not inferred, so ``scale_Y`` does not change. ``w_e`` (K,) is a buffer set
-    by the closed-form fits of training (`causal_qwen.training.warm_start`), never by gradients: the values come
-    in their own units (thousands of payrolls, fractions of a dollar), where an optimizer's step would not be
-    the same size for any two tables."""
+    as they are. There, too, ``scale_Y`` is multiplied by ``c_e`` (``width``, 1 until training sets it): the widths
+    are shared by every number of a sentence, while the read-out with the values can be far sharper at its target
+    (`causal_qwen.training.interval_check.set_earlier_width`). ``w_e`` (K,) and ``c_e`` () are buffers set by the
+    closed-form fits of training (`causal_qwen.training.warm_start`), never by gradients: the values come in their
+    own units (thousands of payrolls, fractions of a dollar), where an optimizer's step would not be the same size
+    for any two tables."""
 
     def __init__(self, count: int, target: int) -> None:
         super().__init__()
         self.target = target
         self.register_buffer("weight", torch.zeros(count, dtype=torch.float32))  # (K,) w_e
+        self.register_buffer("width", torch.ones((), dtype=torch.float32))  # () c_e
+
+    def reset_parameters(self) -> None:
+        """``w_e = 0``, ``c_e = 1``: the design's read-out until a fit sets them (and a folder saved before ``c_e``
+        existed loads with its widths as saved; Hugging Face's loading leaves the buffers it read alone)."""
+        init.zeros_(self.weight)
+        init.ones_(self.width)
 
     def values(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> tuple[Tensor, Tensor]:
         """``(e (B,S,K) float64, read (B,S) long)``: at each position the values of the row's last ``K`` numbers at
@@ -173,10 +182,13 @@ class EarlierNumbers(nn.Module):
         return torch.stack(earlier, dim=-1), read
 
     def forward(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> Tensor:
-        """``[read = k]·(w_e · e)`` (B,S) float32: the term `ActionNetwork.regress` adds to ``loc_Y``."""
+        """The term (B,S,2) float32 `ActionNetwork.regress` reads: ``[..., 0] = [read = k]·(w_e · e)``, added to
+        ``loc_Y``, and ``[..., 1]`` = ``c_e`` where ``read = k``, else 1, multiplying ``scale_Y``."""
         earlier, read = self.values(input_ids, numeric_values, num_token_id)
-        term = earlier @ self.weight.double()  # (B,S)
-        return torch.where(read == self.target, term, 0.0).float()
+        applies = read == self.target  # (B,S)
+        shift = torch.where(applies, earlier @ self.weight.double(), 0.0)  # (B,S)
+        width = torch.where(applies, self.width.double(), 1.0)  # (B,S)
+        return torch.stack([shift, width], dim=-1).float()
 
 
 class ActionNetwork(nn.Module):
@@ -234,17 +246,18 @@ class ActionNetwork(nn.Module):
 
     def regress(self, loc_U: Tensor, scale_U: Tensor, scale_factor: float = 1.0,
                 earlier_term: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``loc_Y = W_reg loc_U + b_reg (+ earlier_term)``, ``scale_Y = f·((scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y))``:
-        (B,S) each (``scale_Y`` in the scales' dtype, as in `classify`); ``f`` = ``scale_factor``, the interval
-        check's factor (`CausalQwenConfig.number_scale_factor`, 1 unless training rescaled the intervals);
-        ``earlier_term`` (B,S): `EarlierNumbers`' term at these positions."""
+        """``loc_Y = W_reg loc_U + b_reg (+ e_shift)``, ``scale_Y = f·((scale_U + |b_noise|) @ |W_reg|ᵀ (+ γ_Y))
+        (·e_width)``: (B,S) each (``scale_Y`` in the scales' dtype, as in `classify`); ``f`` = ``scale_factor``, the
+        interval check's factor (`CausalQwenConfig.number_scale_factor`, 1 unless training rescaled the intervals);
+        ``earlier_term`` (B,S,2): `EarlierNumbers`' ``(e_shift, e_width)`` at these positions."""
         head = self.regression_head
         loc_Y, scale_Y = linear_transform(loc_U, self.decision_scale(scale_U), head.weight, head.bias)
-        if earlier_term is not None:
-            loc_Y = loc_Y + earlier_term.unsqueeze(-1).to(loc_Y.dtype)
-        scale_Y = scale_Y.squeeze(-1)  # (B,S)
+        loc_Y, scale_Y = loc_Y.squeeze(-1), scale_Y.squeeze(-1)  # (B,S) each
         if self.number_noise is not None:
             scale_Y = scale_Y + self.number_noise(loc_U).to(scale_Y.dtype)
         if scale_factor != 1.0:
             scale_Y = scale_Y * scale_factor
-        return loc_Y.squeeze(-1), scale_Y
+        if earlier_term is not None:
+            loc_Y = loc_Y + earlier_term[..., 0].to(loc_Y.dtype)
+            scale_Y = scale_Y * earlier_term[..., 1].to(scale_Y.dtype)
+        return loc_Y, scale_Y

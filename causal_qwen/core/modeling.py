@@ -102,6 +102,8 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
             module.reset_parameters(config.noise_init, config.noise_mode, token_noise_init=config.token_noise_init)
         elif isinstance(module, NumberNoise):
             module.reset_parameters(config.number_noise_init)
+        elif isinstance(module, EarlierNumbers):
+            module.reset_parameters()
         elif isinstance(module, OvrThresholds):
             module.reset_parameters(config.ovr_threshold)
         elif isinstance(module, torch.nn.Linear) and module.out_features == config.vocab_size:
@@ -256,8 +258,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         ``backbone_features`` (B,S,H): the backbone's ``last_hidden_state`` for these ``input_ids``, computed before
         (training's feature cache, valid while the embedding and the backbone are frozen): the heads read it and the
         backbone does not run.
-        ``earlier_term`` (B,S): the term the earlier numbers add to ``loc_Y`` at these positions, for a model with
-        them (`CausalQwenConfig.earlier_numbers`; `earlier_numbers_term`); None: read from ``input_ids`` and
+        ``earlier_term`` (B,S,2): what the earlier numbers add to ``loc_Y`` and multiply ``scale_Y`` by at these
+        positions, for a model with them (`CausalQwenConfig.earlier_numbers`; `earlier_numbers_term`); None: read from ``input_ids`` and
         ``numeric_values``, which then must hold the whole rows (no KV cache of earlier positions: `generate` passes
         it, from the whole sequence).
         ``output_hidden_states``, ``output_attentions``: as for Qwen, the backbone's (`CausalQwenOutput`);
@@ -270,7 +272,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the numbers: text only
         cache = _one_cache(cache, kwargs.pop("past_key_values", None))
         if earlier_term is None and self.action.earlier_numbers is not None:
-            earlier_term = self._earlier_term_of_rows(input_ids, numeric_values, cache)  # (B,S)
+            earlier_term = self._earlier_term_of_rows(input_ids, numeric_values, cache)  # (B,S,2)
         elif earlier_term is not None:
             self._check_earlier_term(earlier_term, input_ids if input_ids is not None else inputs_embeds)
         if backbone_features is not None:  # training's feature cache: embedding and backbone ran before
@@ -362,8 +364,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             self.action.earlier_numbers = None
 
     def earlier_numbers_term(self, input_ids: Tensor, numeric_values: Tensor | None) -> Tensor | None:
-        """The term the earlier numbers add to ``loc_Y`` (B,S) float32 at every position of whole rows ``input_ids``,
-        ``numeric_values`` (B,S) (`heads.EarlierNumbers`); None for a model without them."""
+        """What the earlier numbers add to ``loc_Y`` and multiply ``scale_Y`` by, (B,S,2) float32, at every position
+        of whole rows ``input_ids``, ``numeric_values`` (B,S) (`heads.EarlierNumbers`); None for a model without
+        them."""
         earlier = self.action.earlier_numbers
         if earlier is None:
             return None
@@ -383,15 +386,17 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         return self.earlier_numbers_term(input_ids, numeric_values)
 
     def _check_earlier_term(self, earlier_term: Tensor, inputs: Tensor | None) -> None:
-        """``ValueError`` unless this model reads earlier numbers and ``earlier_term`` is (B,S) like ``inputs``."""
+        """``ValueError`` unless this model reads earlier numbers and ``earlier_term`` is (B,S,2), (B,S) like
+        ``inputs``."""
         if self.action.earlier_numbers is None:
             raise ValueError("earlier_term was given, but this model reads no earlier numbers (config.earlier_numbers "
                              "is 0)")
-        expected = tuple(inputs.shape[:2]) if inputs is not None else None
-        if not isinstance(earlier_term, Tensor) or earlier_term.dim() != 2 or (
+        expected = (*inputs.shape[:2], 2) if inputs is not None else None
+        if not isinstance(earlier_term, Tensor) or earlier_term.dim() != 3 or earlier_term.shape[-1] != 2 or (
                 expected is not None and tuple(earlier_term.shape) != expected):
             found = tuple(earlier_term.shape) if isinstance(earlier_term, Tensor) else type(earlier_term).__name__
-            raise ValueError(f"earlier_term has shape {found}, expected {expected or '(B,S)'} (one value a position)")
+            raise ValueError(f"earlier_term has shape {found}, expected {expected or '(B,S,2)'} (a shift of loc_Y "
+                             "and a factor of scale_Y a position: model.earlier_numbers_term)")
 
     def _cached_features(self, backbone_features: Tensor, input_ids: Tensor | None) -> Tensor:
         """``z`` (B,S,H) given as ``backbone_features``, checked against ``input_ids`` and the hidden size."""
@@ -469,7 +474,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         earlier_term: Tensor | None = None,
     ) -> None:
         """Fill ``loss``, ``cls_loss``, ``reg_loss``, ``num_targets`` (docs/design.md, "Losses"); ``earlier_term``
-        (B,S): the earlier numbers' term of ``loc_Y`` (`earlier_numbers_term`)."""
+        (B,S,2): the earlier numbers' term of ``loc_Y`` and ``scale_Y`` (`earlier_numbers_term`)."""
         config = self.config
         targets = shift_targets(labels, numeric_values, attention_mask)
         causal_size = loc_U.shape[-1]
@@ -484,7 +489,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         cls_loss, p_num = self.classification_loss(loc_U, decision_scale, targets.token_ids, position_weight)
 
         if earlier_term is not None:
-            earlier_term = earlier_term[:, :-1].reshape(-1)[targets.positions]  # (N,)
+            earlier_term = earlier_term[:, :-1].reshape(-1, 2)[targets.positions]  # (N,2)
         loc_Y, scale_Y = self.action.regress(loc_U, scale_U, self.config.number_scale_factor, earlier_term)  # (N,) each
         is_number = targets.token_ids == config.num_token_id  # (N,)
         reg_loss = gated_regression_loss(

@@ -71,10 +71,12 @@ from .interval_check import (
     FLOOR_FORWARD,
     FLOOR_NO_SLICE,
     MIN_NUMBERS,
+    EarlierWidthReport,
     IntervalCheckReport,
     IntervalFloorReport,
     check_intervals,
     floor_intervals,
+    set_earlier_width,
 )
 from .location_check import LocationCheckReport, check_location, shrink_regression_head, training_median
 from .train_config import TrainConfig
@@ -596,6 +598,27 @@ def run_interval_floor(model, config: TrainConfig, train_dataset: Dataset, train
     return floored
 
 
+def run_earlier_width(model, config: TrainConfig, train_dataset: Dataset, train_docs: list,
+                      warm: WarmStartReport | None, pad_id: int,
+                      report: Report | None = None) -> EarlierWidthReport | None:
+    """`set_earlier_width` at the training targets, from ``train_dataset`` (its feature cache, when the backbone is
+    frozen), at the warm start's error of the read-out with the earlier numbers: forward when it read the rows in
+    time order (`in_split_order`), out of fold otherwise; None when the start kept no earlier numbers or scored
+    fewer than ``2·FOLDS`` targets (its residuals were then in-sample)."""
+    if warm is None or not warm.earlier_numbers or warm.scored < 2 * FOLDS:
+        return None
+    ordinals = target_ordinals(train_dataset, train_docs)
+    if ordinals is None:
+        return None
+    forward = in_split_order(config, train_docs) and warm.forward_mdae is not None
+    error = warm.forward_mdae if forward else warm.out_of_fold_mdae
+    widened = set_earlier_width(model, train_dataset, NumericCollator(pad_token_id=pad_id),
+                                config.eval_batch_size or config.batch_size, error, ordinals, forward)
+    if widened is not None and report is not None:
+        report(widened.line())
+    return widened
+
+
 def common_target_ordinal(ordinals: list[int] | None) -> int | None:
     """``k`` when every document's target is its number ``k ≥ 1`` (numbers before it to read), else None."""
     if not ordinals or len(set(ordinals)) != 1 or ordinals[0] < 1:
@@ -791,8 +814,9 @@ class TrainingResult:
     (``message`` says so; ``train_loss`` is then None). ``regression_refit_before``: the refit to the rows trained
     on that the checks measured; ``regression_refit``: the saved one, to every training row; ``interval_floor``:
     the widths floored at the warm start's error (`interval_floor`: a table too small for ``interval_check``, or
-    a split by a column with the backbone frozen); ``warm_start``: the regression warm start's report (this run's,
-    or the one a resumed run continues), with whether it kept the earlier numbers."""
+    a split by a column with the backbone frozen); ``earlier_width``: the widths where the earlier numbers are
+    read, set to the warm start's error with them (`run_earlier_width`); ``warm_start``: the regression warm
+    start's report (this run's, or the one a resumed run continues), with whether it kept the earlier numbers."""
 
     output_dir: Path
     final_dir: Path
@@ -805,6 +829,7 @@ class TrainingResult:
     message: str | None = None
     interval_check: IntervalCheckReport | None = None
     interval_floor: IntervalFloorReport | None = None
+    earlier_width: EarlierWidthReport | None = None
     location_check: LocationCheckReport | None = None
     regression_refit: WarmStartReport | None = None
     regression_refit_before: WarmStartReport | None = None
@@ -999,6 +1024,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     refit_before = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id,
                                         report=tells, with_slice=False)  # the checks measure the saved read-out
     located = run_location_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)  # before the widths
+    earlier_width = run_earlier_width(model, config, train_dataset, train_docs, warm, pad_id, tells)  # before checks
     checked = run_interval_check(model, config, tokenizer, train_docs, check_docs, pad_id, tells)
     floored = run_interval_floor(model, config, train_dataset, train_docs, check_docs, warm, pad_id, tells)
     refit = run_regression_refit(model, config, tokenizer, train_dataset, train_docs, check_docs, pad_id, located,
@@ -1016,6 +1042,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         message=plan.message,
         interval_check=checked,
         interval_floor=floored,
+        earlier_width=earlier_width,
         location_check=located,
         regression_refit=refit,
         regression_refit_before=refit_before,
