@@ -197,8 +197,9 @@ class ActionNetwork(nn.Module):
     Classification: ``S = W_cls U + b_cls + ε_S`` (V OvR scores), each token with its own exogenous noise
     ``ε_S,k ~ Cauchy(0, γ_S)``, ``γ_S = |token_noise|`` (0 in the literal design; the calibration at conversion
     puts the decision scale there, docs/design.md "Calibration at conversion"); regression:
-    ``Y = W_reg U + b_reg`` (``+ η`` with a `NumberNoise`, when ``number_noise`` is set; ``+ w_e·e`` with
-    `EarlierNumbers`, when ``earlier_numbers`` is set: how many, and the ordinal ``k`` of the number they serve).
+    ``Y = W_reg U + b_reg`` (``+ η`` with a `NumberNoise`, when ``number_noise`` is set; ``+ w_e·e``, the width
+    there ×``c_e``, with `EarlierNumbers`, when ``earlier_numbers`` is set: how many, and the ordinal ``k`` of the
+    number they serve).
     """
 
     def __init__(self, causal_size: int, vocab_size: int, number_noise: bool = False,
