@@ -259,9 +259,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         (training's feature cache, valid while the embedding and the backbone are frozen): the heads read it and the
         backbone does not run.
         ``earlier_term`` (B,S,2): what the earlier numbers add to ``loc_Y`` and multiply ``scale_Y`` by at these
-        positions, for a model with them (`CausalQwenConfig.earlier_numbers`; `earlier_numbers_term`); None: read from ``input_ids`` and
-        ``numeric_values``, which then must hold the whole rows (no KV cache of earlier positions: `generate` passes
-        it, from the whole sequence).
+        positions, for a model with them (`CausalQwenConfig.earlier_numbers`; `earlier_numbers_term`); None: read
+        from ``input_ids`` and ``numeric_values``, which then must hold the whole rows (no KV cache of earlier
+        positions: `generate` passes it, from the whole sequence).
         ``output_hidden_states``, ``output_attentions``: as for Qwen, the backbone's (`CausalQwenOutput`);
         ``return_dict=False``: the output as a tuple (`CausalQwenOutput`).
         """
