@@ -196,6 +196,18 @@ def check_intervals(model, dataset, collator, batch_size: int,
     return report
 
 
+def median_scale(model, dataset, collator, batch_size: int, target_ordinals: list[int | None] | None,
+                 what: str) -> tuple[int, float] | None:
+    """``(M, s̃)``: how many numbers `slice_predictions` reads in ``dataset`` (finite, positive scales) and their
+    median ``scale_Y``; None (logged as ``what`` skipped) below `MIN_NUMBERS`."""
+    _, _, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)  # (M,)
+    scale = scale[torch.isfinite(scale) & (scale > 0)]
+    if scale.numel() < MIN_NUMBERS:
+        logger.info("%s: %d training numbers, fewer than %d: skipped", what, scale.numel(), MIN_NUMBERS)
+        return None
+    return int(scale.numel()), float(scale.median())
+
+
 FLOOR_NO_SLICE = "out of fold"  # the floor of a table too small for a slice: ``r̃``
 FLOOR_FORWARD = "forward"  # the floor after a split by a column, backbone frozen: ``r̃_fwd``
 FLOOR_REASONS = {
@@ -244,19 +256,17 @@ def floor_intervals(model, dataset, collator, batch_size: int, out_of_fold_mdae:
         raise ValueError(f"unknown interval floor {floor!r}; one of {sorted(FLOOR_REASONS)}")
     if not (math.isfinite(out_of_fold_mdae) and out_of_fold_mdae > 0):
         return None
-    _, _, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)  # (M,)
-    scale = scale[torch.isfinite(scale) & (scale > 0)]
-    if scale.numel() < MIN_NUMBERS:
-        logger.info("interval floor: %d training numbers, fewer than %d: skipped", scale.numel(), MIN_NUMBERS)
+    measured = median_scale(model, dataset, collator, batch_size, target_ordinals, "interval floor")
+    if measured is None:
         return None
-    median_scale = float(scale.median())
-    factor = out_of_fold_mdae / median_scale
+    numbers, median = measured
+    factor = out_of_fold_mdae / median
     rescaled = factor > 1
     config = model.config
     if rescaled:
         config.number_scale_factor = float(config.number_scale_factor * factor)
-    report = IntervalFloorReport(numbers=int(scale.numel()), out_of_fold_mdae=float(out_of_fold_mdae),
-                                 median_scale=median_scale, factor=factor, rescaled=rescaled,
+    report = IntervalFloorReport(numbers=numbers, out_of_fold_mdae=float(out_of_fold_mdae),
+                                 median_scale=median, factor=factor, rescaled=rescaled,
                                  scale_factor=float(config.number_scale_factor), floor=floor)
     logger.info("interval floor: %s", report.to_dict())
     return report
@@ -295,15 +305,12 @@ def set_earlier_width(model, dataset, collator, batch_size: int, error: float, t
     if earlier is None or not (math.isfinite(error) and error > 0):
         return None
     earlier.width.fill_(1.0)
-    _, _, scale = slice_predictions(model, dataset, collator, batch_size, target_ordinals)  # (M,)
-    scale = scale[torch.isfinite(scale) & (scale > 0)]
-    if scale.numel() < MIN_NUMBERS:
-        logger.info("earlier numbers' width: %d training targets, fewer than %d: kept at 1", scale.numel(),
-                    MIN_NUMBERS)
+    measured = median_scale(model, dataset, collator, batch_size, target_ordinals, "earlier numbers' width")
+    if measured is None:
         return None
-    median_scale = float(scale.median())
-    earlier.width.fill_(error / median_scale)
-    report = EarlierWidthReport(numbers=int(scale.numel()), error=float(error), forward=forward,
-                                median_scale=median_scale, width=float(earlier.width))
+    numbers, median = measured
+    earlier.width.fill_(error / median)
+    report = EarlierWidthReport(numbers=numbers, error=float(error), forward=forward, median_scale=median,
+                                width=float(earlier.width))
     logger.info("earlier numbers' width: %s", report.to_dict())
     return report

@@ -511,8 +511,7 @@ def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: 
         with_earlier = _ReadOut.fitted(widened, values, ridge, fit)
         keep = True
         if weigh_earlier:
-            without = block_errors(features, values, plain.ridge, ridge_fit, in_time_order)
-            within = block_errors(widened, values, with_earlier.ridge, fit, in_time_order)
+            without, within = plain.block_errors(in_time_order), with_earlier.block_errors(in_time_order)
             keep = keeps_earlier(without, within)
             if without is not None and within is not None:
                 block_errors_report = {"without": without.tolist(), "with": within.tolist()}
@@ -530,15 +529,16 @@ def _fit_regression(features: Tensor, values: Tensor, is_target: Tensor, ridge: 
 
 @dataclass
 class _ReadOut:
-    """One ridge read-out of the scored numbers and its residuals' medians (`_fit_regression`)."""
+    """One ridge read-out of the scored numbers, its residuals held out (out of fold (M,), forward (about 4M/5,)
+    or None) and their medians (`_fit_regression`)."""
 
     weight: Tensor
     bias: Tensor
     ridge: float
     by_ridge: dict[str, float] | None
     in_sample: float
-    out_of_fold: float
-    forward: float | None
+    out_of_fold_residuals: Tensor
+    forward_residuals: Tensor | None
 
     @classmethod
     def fitted(cls, features: Tensor, values: Tensor, ridge: float | str, fit: RegressionFit) -> "_ReadOut":
@@ -546,11 +546,23 @@ class _ReadOut:
         if ridge == "auto":
             ridge, by_ridge = choose_ridge(features, values, fit=fit)
         weight, bias = fit(features, values, ridge)
-        forward = forward_residuals(features, values, ridge, fit=fit)  # (about 4M/5,) or None
         return cls(weight=weight, bias=bias, ridge=ridge, by_ridge=by_ridge,
                    in_sample=float((features @ weight + bias - values).abs().median()),
-                   out_of_fold=float(out_of_fold_residuals(features, values, ridge, fit=fit).abs().median()),
-                   forward=None if forward is None else float(forward.abs().median()))
+                   out_of_fold_residuals=out_of_fold_residuals(features, values, ridge, fit=fit),
+                   forward_residuals=forward_residuals(features, values, ridge, fit=fit))
+
+    @property
+    def out_of_fold(self) -> float:
+        return float(self.out_of_fold_residuals.abs().median())
+
+    @property
+    def forward(self) -> float | None:
+        return None if self.forward_residuals is None else float(self.forward_residuals.abs().median())
+
+    def block_errors(self, forward: bool) -> Tensor | None:
+        """`block_medians` of these residuals: forward (``forward``) or out of fold."""
+        residuals = self.forward_residuals if forward else self.out_of_fold_residuals
+        return block_medians(residuals, len(self.out_of_fold_residuals), forward)
 
 
 def earlier_scales(features: Tensor, earlier: Tensor) -> Tensor:
@@ -583,15 +595,25 @@ def block_errors(features: Tensor, values: Tensor, ridge: float, fit: Regression
     """Each block's median absolute error (blocks,) of ``fit`` at ``ridge``: each of blocks 2..`FOLDS` forecast from
     the blocks before it (``forward``: data in time order, `forward_residuals`), else each of the `FOLDS` blocks
     from the others (`out_of_fold_residuals`). None below ``2·FOLDS`` numbers."""
-    count = len(values)
-    if count < 2 * FOLDS:
+    if len(values) < 2 * FOLDS:
+        return None
+    if forward:
+        residuals = forward_residuals(features, values, ridge, fit=fit)
+    else:
+        residuals = out_of_fold_residuals(features, values, ridge, fit=fit)
+    return block_medians(residuals, len(values), forward)
+
+
+def block_medians(residuals: Tensor | None, count: int, forward: bool) -> Tensor | None:
+    """Each block's median absolute residual (blocks,) of ``count`` numbers cut into `FOLDS` blocks (`block_edges`):
+    ``residuals`` forward (`forward_residuals`: blocks 2..`FOLDS`) when ``forward``, else out of fold (all blocks).
+    None below ``2·FOLDS`` numbers."""
+    if count < 2 * FOLDS or residuals is None:
         return None
     edges = block_edges(count, FOLDS)
     if forward:
-        residuals = forward_residuals(features, values, ridge, fit=fit).abs()
         edges = [edge - edges[1] for edge in edges[1:]]  # the forecast blocks, from the second on
-    else:
-        residuals = out_of_fold_residuals(features, values, ridge, fit=fit).abs()
+    residuals = residuals.abs()
     return torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])
 
 
