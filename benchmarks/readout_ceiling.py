@@ -92,7 +92,7 @@ def read_numbers(model, tokenizer, docs: list, max_length: int, add_eos: bool) -
     """Every number's features ``X`` (M,C) float64, value ``y`` (M,) and ``is_target`` (M,) bool, the documents in
     the order given (`warm_start.read_positions`, the warm start's own pass)."""
     from causal_qwen.training.collator import NumericCollator, tokenize_documents
-    from causal_qwen.training.training import target_ordinals
+    from causal_qwen.training.readout_steps import target_ordinals
     from causal_qwen.training.warm_start import read_positions
 
     dataset = tokenize_documents(docs, tokenizer, max_length, add_eos)
@@ -126,7 +126,8 @@ def table_numbers(model, tokenizer, table, workdir: Path, model_name: str) -> di
     train`` would split them."""
     from causal_qwen.training.recipes import recipe_settings
     from causal_qwen.training.train_config import TrainConfig
-    from causal_qwen.training.training import keep_check_slice, out_of_fold_order, read_split_documents
+    from causal_qwen.training.readout_steps import keep_check_slice, out_of_fold_order
+    from causal_qwen.training.training import read_split_documents
 
     data = workdir / f"{table.name}.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in table.rows), encoding="utf-8")

@@ -220,7 +220,8 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     resumed run floors at the same figure; the saved model carries the factor."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.training.train_config import load_train_config
-    from causal_qwen.training.training import WARM_START_FILE, run_training
+    from causal_qwen.training.readout_steps import WARM_START_FILE
+    from causal_qwen.training.training import run_training
 
     rows = [f"2021-01-{1 + i:02d},{100 + 7 * i + 9 * math.sin(i):.1f}" for i in range(26)]
     config_file = readings_config(tmp_path, "small", rows, "2021-01-21")
@@ -253,7 +254,7 @@ def test_the_forward_floor_applies_after_a_split_by_a_column_with_the_backbone_f
     from causal_qwen.training.data import Document
     from causal_qwen.training.interval_check import FLOOR_FORWARD, FLOOR_NO_SLICE
     from causal_qwen.training.train_config import TrainConfig
-    from causal_qwen.training.training import interval_floor
+    from causal_qwen.training.readout_steps import interval_floor
     from causal_qwen.training.warm_start import WarmStartReport
 
     documents = [Document(text="day: <NUM>", source="t.csv", row=i, split_value=f"2020-01-{i + 1:02d}")
@@ -285,7 +286,8 @@ def test_a_frozen_backbone_after_a_time_split_floors_at_the_forward_error(tmp_pa
     the line says so, and the saved model carries the factor."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.training.train_config import load_train_config
-    from causal_qwen.training.training import WARM_START_FILE, run_training
+    from causal_qwen.training.readout_steps import WARM_START_FILE
+    from causal_qwen.training.training import run_training
 
     rows = [f"2020-{1 + i // 28:02d}-{1 + i % 28:02d},{100 + 0.8 * i + 6 * math.sin(i / 3):.1f}" for i in range(120)]
     config_file = readings_config(tmp_path, "drift", rows, "2020-04-01")
@@ -307,7 +309,7 @@ def test_a_frozen_backbone_after_a_time_split_floors_at_the_forward_error(tmp_pa
 
 
 def test_a_warm_start_report_that_is_not_one_is_refused_by_name(tmp_path):
-    from causal_qwen.training.training import WARM_START_FILE, load_warm_start, save_warm_start
+    from causal_qwen.training.readout_steps import WARM_START_FILE, load_warm_start, save_warm_start
     from causal_qwen.training.warm_start import WarmStartReport
 
     assert load_warm_start(tmp_path) is None  # a run folder of an earlier version: no floor, no error
@@ -331,7 +333,7 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
     from the cache and only the slice is read anew."""
     from causal_qwen.core.modeling import CausalQwenForCausalLM
     from causal_qwen.core.tokenizer import NumericTokenizer
-    from causal_qwen.training import training as training_module
+    from causal_qwen.training import readout_steps
     from causal_qwen.training.train_config import load_train_config
     from causal_qwen.training.training import run_training
     from causal_qwen.training.warm_start import choose_ridge, read_positions, ridge_fit
@@ -357,7 +359,7 @@ def test_the_regression_read_out_is_refitted_to_every_training_row_after_the_che
         checked_heads.append((head.weight.detach().double().reshape(-1).clone(), head.bias.detach().double().clone()))
         return check_intervals(model, *args, **kwargs)
 
-    monkeypatch.setattr(training_module, "check_intervals", check_recording)
+    monkeypatch.setattr(readout_steps, "check_intervals", check_recording)
     config = load_train_config(config_file, [f"output_dir={tmp_path / 'on'}", "refit_after_check=true", *common])
     result = run_training(config, report=lines.append)
     refit, before = result.regression_refit, result.regression_refit_before
@@ -433,7 +435,7 @@ def test_a_later_slice_only_widens():
 def test_the_slice_is_later_for_a_split_in_time_only():
     from causal_qwen.training.data import Document
     from causal_qwen.training.train_config import TrainConfig
-    from causal_qwen.training.training import keep_check_slice, slice_is_later
+    from causal_qwen.training.readout_steps import keep_check_slice, slice_is_later
 
     def documents(values):
         return [Document(text=f"day {i}: <NUM>", source="t.csv", row=i, split_value=v) for i, v in enumerate(values)]

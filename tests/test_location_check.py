@@ -12,7 +12,7 @@ from causal_qwen.training.collator import NumericCollator, TokenizedDataset
 from causal_qwen.training.data import Document
 from causal_qwen.training.interval_check import slice_predictions
 from causal_qwen.training.location_check import check_location, choose_alpha, training_median
-from causal_qwen.training.training import checks_locations, keep_check_slice
+from causal_qwen.training.readout_steps import checks_locations, keep_check_slice
 
 from .conftest import SMALL_NUM_ID, small_qwen
 

@@ -222,8 +222,8 @@ def test_warm_starts_set_the_heads_to_their_fits(assets, initial, tmp_path):
     pass. With their learning rates at 0 the final model keeps both."""
     from causal_qwen.core.tokenizer import NumericTokenizer
     from causal_qwen.training.collator import NumericCollator
-    from causal_qwen.training.training import (keep_check_slice, out_of_fold_order, read_split_documents,
-                                               tokenize_datasets)
+    from causal_qwen.training.readout_steps import keep_check_slice, out_of_fold_order
+    from causal_qwen.training.training import read_split_documents, tokenize_datasets
     from causal_qwen.training.warm_start import offset_logistic_fit, out_of_fold_residuals, read_positions, ridge_fit
     from causal_qwen.core.numbers import decimals_written
 

@@ -236,7 +236,7 @@ def test_out_of_fold_blocks_are_periods_for_a_time_split_and_random_fifths_other
     out-of-fold block is a period; with a split column every training row shares (a fold), a seeded shuffle."""
     from causal_qwen.training.data import Document
     from causal_qwen.training.train_config import TrainConfig
-    from causal_qwen.training.training import out_of_fold_order
+    from causal_qwen.training.readout_steps import out_of_fold_order
 
     dates = ["Mar 1 2001", "Jan 1 2000", "Feb 1 2000", "Jan 1 2001", "Dec 1 2000"]  # a date format, not text order
     docs = [Document(text=f"{symbol} {date}", source="f", row=i, split_value=date)

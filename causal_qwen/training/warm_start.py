@@ -19,7 +19,7 @@ model has one, at ``γ_Y = median_m |r_m|``, the median absolute deviation of a 
 the **out-of-fold** residuals: the targets cut into `FOLDS` contiguous blocks in the data's order, each block's
 residuals from the fit to the other blocks (training puts its documents in time order when the split is by a
 column such as a date, so that a block is a period of time, and in a seeded random order otherwise:
-`training.out_of_fold_order`). In-sample residuals
+`readout_steps.out_of_fold_order`). In-sample residuals
 are optimistic, the more so when the data drift; a block predicted from the other periods sees what a later
 period will. The report also holds the **forward** error, ``median |r|`` over blocks 2..``FOLDS`` each predicted
 from the blocks before it only (`forward_residuals`): with the data in time order, the error of a forecaster that
@@ -294,7 +294,7 @@ def forward_residuals(features: Tensor, values: Tensor, ridge: float, folds: int
     """``r_m = ŷ_m − y_m`` for the numbers of blocks 2..``folds`` (about (M·(folds−1)/folds),) where ``ŷ_m`` comes
     from the fit (`ridge_fit` unless ``fit`` is given) to the blocks *before* its own only: the error of a
     forecaster that, at each point of the training period, has seen only its past. With the data in time order
-    (`training.out_of_fold_order`) a later held-out period sees errors like these, not like the symmetric
+    (`readout_steps.out_of_fold_order`) a later held-out period sees errors like these, not like the symmetric
     `out_of_fold_residuals`, whose blocks are predicted from later periods too. None below ``2·folds`` numbers."""
     fit = ridge_fit if fit is None else fit
     count = len(values)
