@@ -34,6 +34,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .cauchy import ovr_probability
 from .decisions import decision_scores, individual_number
+from .files import save_through_staging
 from .losses import gated_regression_loss, shift_targets
 from .configuration import CausalQwenConfig
 from .heads import AbductionNetwork, ActionNetwork, EarlierNumbers, NumberNoise, NumericEmbedding, OvrThresholds
@@ -171,6 +172,16 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             return moved
 
         return super()._apply(keep_float32, recurse)
+
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        """transformers' ``save_pretrained``, written into a staging folder beside ``save_directory`` and moved in
+        file by file (`files.save_through_staging`): a save killed half-way leaves every file whole, the earlier
+        save's or this one's. ``push_to_hub=True`` goes through transformers' own writes, which the upload reads
+        from the folder itself."""
+        save = super().save_pretrained
+        if push_to_hub or not kwargs.get("is_main_process", True):
+            return save(save_directory, *args, push_to_hub=push_to_hub, **kwargs)
+        return save_through_staging(save_directory, lambda staging: save(staging, *args, **kwargs))
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.model.embed_tokens

@@ -57,7 +57,7 @@ from tokenizers import AddedToken, Tokenizer
 from transformers import AutoConfig, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from transformers.utils import to_py_obj
 
-from .files import write_text_atomic
+from .files import save_through_staging, write_text_atomic
 from .numbers import NumberSpan, find_numbers, format_prediction, join_numbers
 from .qwen_vocab import (
     QWEN25_MODEL_VOCAB_SIZE,
@@ -328,17 +328,28 @@ class NumericTokenizer(PreTrainedTokenizerFast):
     def save_pretrained(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> tuple[str, ...]:
         """transformers' ``save_pretrained``, whose ``tokenizer_config.json`` also lists the added tokens
         (``added_tokens_decoder``, as transformers 4 wrote it): without them ``from_pretrained`` parses the whole
-        ``tokenizer.json`` (11 MB for Qwen2.5) once more in Python to find them, about half a second a load."""
-        files = super().save_pretrained(save_directory, *args, **kwargs)
-        for name in files:
-            if Path(name).name.endswith("tokenizer_config.json"):
-                path = Path(name)
-                config = json.loads(path.read_text(encoding="utf-8"))
-                config["added_tokens_decoder"] = {
-                    str(index): token.__getstate__() for index, token in sorted(self.added_tokens_decoder.items())
-                }
-                write_text_atomic(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        return files
+        ``tokenizer.json`` (11 MB for Qwen2.5) once more in Python to find them, about half a second a load.
+        Written into a staging folder beside ``save_directory`` and moved in file by file
+        (`files.save_through_staging`), so a save killed half-way leaves every file whole (``push_to_hub=True``
+        writes in place: the upload reads the folder itself); returns the paths in ``save_directory``."""
+        directory = Path(save_directory)
+
+        def write(folder: Path) -> tuple[str, ...]:
+            files = super(NumericTokenizer, self).save_pretrained(folder, *args, **kwargs)
+            for name in files:
+                if Path(name).name.endswith("tokenizer_config.json"):
+                    path = Path(name)
+                    config = json.loads(path.read_text(encoding="utf-8"))
+                    config["added_tokens_decoder"] = {
+                        str(index): token.__getstate__() for index, token in sorted(self.added_tokens_decoder.items())
+                    }
+                    write_text_atomic(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+            return files
+
+        if kwargs.get("push_to_hub"):  # the upload reads the folder itself
+            return write(directory)
+        return save_through_staging(directory, lambda staging: tuple(
+            str(directory / Path(name).relative_to(staging)) for name in write(staging)))
 
     # -- properties -----------------------------------------------------------------------------
 
