@@ -76,6 +76,10 @@ def test_csv_missing_template_field_suggests_column(tmp_path):
     path = write(tmp_path / "w.csv", "date,precipitation,temp_max,temp_min\n2012/01/01,0.0,12.8,5.0\n")
     with pytest.raises(ValueError, match=r"w\.csv: row 0 \(header\): template field 'temp_mx' is not a column.*did you mean 'temp_max'"):
         read_documents(DataSource(path=path, template="high {temp_mx}"))
+    crimea = write(tmp_path / "c.csv", "date,wounds,other,disease\n1854-04-01,0,110,110\n")
+    with pytest.raises(ValueError, match=r"template field 'month' is not a column") as raised:  # 'other' is no match
+        read_documents(DataSource(path=crimea, template="In {month}: {disease} to disease."))
+    assert "did you mean" not in str(raised.value)
 
 
 def test_non_numeric_value_in_numeric_field_names_file_and_row(tmp_path):
@@ -485,6 +489,20 @@ def test_month_first_date_times_that_also_read_day_first_warn(caplog):
                                        SplitSpec(split_by="Date", split_at="2020-01-15"))
     assert len(train) == len(valid) == 1  # month first: January 2, February 3
     assert "read as month/day/year (%m/%d/%Y %I:%M %p); every value also reads as day/month/year" in caplog.text
+
+
+def test_an_iso_column_with_one_month_first_date_names_that_date_once(caplog):
+    """ISO dates read whatever the column's format, so one ``06/01/1854`` among them makes the column month first:
+    the warning named an ISO date as the one read month first, and came once per reading of the column (three a
+    run: the split, the check slice, the warm start's order)."""
+    dates = ["1854-04-01", "1854-05-01", "06/01/1854", "1854-07-01", "1854-08-01"]
+    with caplog.at_level("WARNING", logger="causal_qwen.training.data"):
+        for _ in range(3):
+            train, valid = split_documents(docs_with_dates(dates), SplitSpec(split_by="Date", split_at="1854-06-15"))
+            assert len(train) == 3 and len(valid) == 2  # June 1st is before the cut
+    warnings = [record.getMessage() for record in caplog.records if "month/day/year" in record.getMessage()]
+    assert warnings == ["split_by column 'Date': dates such as '06/01/1854' read as month/day/year (%m/%d/%Y); "
+                        "every value also reads as day/month/year"]
 
 
 def test_a_date_column_mixing_offsets_and_none_warns(caplog):

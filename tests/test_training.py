@@ -478,3 +478,13 @@ def test_training_uses_fused_loss_matching_the_reference(assets, tmp_path, monke
     for a, b in zip(fused_steps, reference_steps):
         for key in ("loss", "cls_loss", "reg_loss"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-4), (a["step"], key)
+
+
+def test_a_split_at_with_a_validation_split_is_refused_not_ignored():
+    """``split_by`` + ``split_at`` hold out the rows from ``split_at`` on; a ``validation_split`` beside them was
+    silently ignored. Alone with ``split_by`` it still holds out the latest values."""
+    both = TrainConfig(model="random:tiny", data="x.csv", split_by="day", split_at="2020-03-01", validation_split=0.2)
+    with pytest.raises(ValueError, match=re.escape("c.yaml: validation_split cannot be given with split_at: the rows "
+                                                   "from split_at on are held out")):
+        both.validate("c.yaml")
+    TrainConfig(model="random:tiny", data="x.csv", split_by="day", validation_split=0.2).validate("c.yaml")

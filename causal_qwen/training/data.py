@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import io
 import json
 import logging
@@ -686,7 +687,7 @@ def _check_columns(path: Path, columns: list[str], needed: list[str], what: str)
 
     for name in needed:
         if name not in columns:
-            close = difflib.get_close_matches(name, columns, n=1)
+            close = difflib.get_close_matches(name, columns, n=1, cutoff=0.7)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             separator = next((char for char in ";\t|" if len(columns) == 1 and char in columns[0]), None)
             if separator is not None:  # one column that holds the others: another separator than the reader's
@@ -939,14 +940,31 @@ def _warn_if_ambiguous(values: Sequence[Any], date_format: str, column: str) -> 
                "%m/%d/%Y %I:%M:%S %p": "%d/%m/%Y %I:%M:%S %p", "%m/%d/%Y %H:%M": "%d/%m/%Y %H:%M",
                "%m/%d/%Y %H:%M:%S": "%d/%m/%Y %H:%M:%S"}.get(date_format)
     if swapped and all(parse_date(v, (swapped,)) is not None for v in values):
-        logger.warning("split_by column '%s': dates such as %r read as month/day/year (%s); every value also "
-                       "reads as day/month/year", column, values[0], date_format)
+        written = next((v for v in values if _reads_as(v, date_format)), values[0])  # not an ISO value
+        _warn_once(f"split_by column '{column}': dates such as {written!r} read as month/day/year ({date_format}); "
+                   "every value also reads as day/month/year")
     if "%y" in date_format:
         years = {parse_date(v, (date_format,)).year for v in values}
         if min(years) < 2000 <= max(years):
             logger.warning("split_by column '%s': two-digit years read as 1969-1999 for 69-99 and 2000-2068 for "
                            "00-68 (years %d to %d here); write four-digit years if the table spans another century",
                            column, min(years), max(years))
+
+
+def _reads_as(value: Any, date_format: str) -> bool:
+    """Whether ``date_format`` itself reads ``value`` (not the ISO forms `parse_date` reads whatever the format)."""
+    try:
+        datetime.datetime.strptime(" ".join(str(value).split()), date_format)
+        return True
+    except ValueError:
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _warn_once(message: str) -> None:
+    """Log ``message`` as a warning the first time only: a split column is read again for the check slice and the
+    warm start's order."""
+    logger.warning("%s", message)
 
 
 def describe_split(spec: SplitSpec) -> str:

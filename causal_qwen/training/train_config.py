@@ -313,6 +313,9 @@ class TrainConfig:
         need(self.location_check in LOCATION_CHECK_CHOICES, "location_check", "must be true, seeded, false or null")
         need(0.0 <= self.validation_split < 1.0, "validation_split", "must lie in [0, 1)")
         need(self.split_at is None or self.split_by is not None, "split_at", "needs split_by")
+        need(self.split_at is None or self.validation_split == 0.0, "validation_split",
+             "cannot be given with split_at: the rows from split_at on are held out (leave validation_split out, "
+             "or give split_by with validation_split alone to hold out its latest values)")
         need(self.bf16 in BF16_CHOICES, "bf16", "must be auto, true or false")
         need(self.logging_steps >= 1, "logging_steps", "must be >= 1")
         need(self.eval_steps >= 0, "eval_steps", "must be >= 0")
