@@ -449,3 +449,29 @@ def test_the_slice_is_later_for_a_split_in_time_only():
     assert check and not slice_is_later(by_day, kept, check)
     random_split = TrainConfig(model="random:tiny", data="t.csv", validation_split=0.1, interval_check=0.3)
     assert not slice_is_later(random_split, *keep_check_slice(random_split, dated))
+
+
+def test_the_slice_is_a_seeded_pick_when_the_latest_value_holds_too_many_rows():
+    """A yearly table split by its year column: the latest tenth of the values is the last year, which held 12 of
+    a 21-row table's documents (57%) out of training; now a later slice larger than a quarter gives way to a seeded
+    pick of the rows (as a column of one value does), and the run says why. Many years keep a slice of whole years
+    (eight numbers at least: three years here)."""
+    from causal_qwen.training.data import Document
+    from causal_qwen.training.readout_steps import keep_check_slice, slice_is_later
+    from causal_qwen.training.train_config import TrainConfig
+
+    def documents(years):
+        return [Document(text=f"{y}: <NUM>", source="t.csv", row=i, split_value=str(y)) for i, y in enumerate(years)]
+
+    by_year = TrainConfig(model="random:tiny", data="t.csv", split_by="year", split_at="1856", interval_check=0.1)
+    two_years = documents([1854] * 30 + [1855] * 30)
+    lines: list[str] = []
+    kept, check = keep_check_slice(by_year, two_years, lines.append)
+    assert len(check) == 8 and len(kept) == 52 and {doc.split_value for doc in check} == {"1854", "1855"}
+    assert not slice_is_later(by_year, kept, check)
+    assert lines == ["interval check: 8 of the 60 training documents kept out of training (a random 13% of the rows; "
+                     "the latest values of 'year' hold 30 of the 60 training documents (rows share a value), more "
+                     "than the 15 a check may take) to check the number intervals"]
+    many_years = documents([year for year in range(1900, 1920) for _ in range(3)])
+    kept, check = keep_check_slice(by_year, many_years)
+    assert len(check) == 9 and {doc.split_value for doc in check} == {"1917", "1918", "1919"} and len(kept) == 51

@@ -211,7 +211,7 @@ def median_scale(model, dataset, collator, batch_size: int, target_ordinals: lis
 FLOOR_NO_SLICE = "out of fold"  # the floor of a table too small for a slice: ``r̃``
 FLOOR_FORWARD = "forward"  # the floor after a split by a column, backbone frozen: ``r̃_fwd``
 FLOOR_REASONS = {
-    FLOOR_NO_SLICE: "too few training rows to keep a slice out",
+    FLOOR_NO_SLICE: "no slice of the training rows kept out to check them",
     FLOOR_FORWARD: "a split by a column and a frozen backbone",
 }
 ERROR_NAMES = {FLOOR_NO_SLICE: "out-of-fold error", FLOOR_FORWARD: "forward error (each block from the ones before)"}

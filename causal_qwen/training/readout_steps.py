@@ -68,35 +68,46 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
     the check is off. A slice that would hold fewer than `interval_check.MIN_NUMBERS` numbers is widened to the
     fewest documents that hold them when those are at most `MAX_CHECK_SHARE` of the training documents (a table of
     43 rows keeps 8 out, not 4); else there is no slice (`causal_qwen.training.interval_check`,
-    `causal_qwen.training.location_check`)."""
+    `causal_qwen.training.location_check`). Where rows share the values of ``split_by`` (a yearly table's rows
+    their year) and the latest values hold more than that share between them (or than ``interval_check``, if
+    larger), the slice is a seeded pick too: the last year of two would take half of the rows out of training."""
     if not config.interval_check or len(train_docs) < 2:
         return train_docs, []
+    largest = math.ceil(max(MAX_CHECK_SHARE, config.interval_check) * len(train_docs))
+    shared: list[str] = []  # why the slice is a seeded pick although split_by's values differ
 
     def count(docs: list) -> int:
         return sum(1 if doc.target_ordinal is not None else len(find_numbers(doc.text)) for doc in docs)
 
-    def cut(fraction: float) -> tuple[list, list, data_module.SplitSpec]:
-        spec = data_module.SplitSpec(fraction=fraction, split_by=config.split_by, seed=config.seed)
+    def cut(fraction: float, split_by: str | None) -> tuple[list, list, data_module.SplitSpec]:
+        spec = data_module.SplitSpec(fraction=fraction, split_by=split_by, seed=config.seed)
         try:
-            return (*data_module.split_documents(train_docs, spec), spec)
+            kept, check = data_module.split_documents(train_docs, spec)
         except ValueError:  # every training row shares one split value (a fold column): a seeded pick instead
-            spec = data_module.SplitSpec(fraction=fraction, seed=config.seed)
-            return (*data_module.split_documents(train_docs, spec), spec)
+            if split_by is None:
+                raise
+            return cut(fraction, None)
+        if split_by is not None and len(check) > largest:  # whole groups of the latest values
+            shared[:] = [f"the latest values of '{split_by}' hold {len(check)} of the {len(train_docs)} training "
+                         f"documents (rows share a value), more than the {largest} a check may take"]
+            return cut(fraction, None)
+        return kept, check, spec
 
-    kept, check, spec = cut(config.interval_check)
+    kept, check, spec = cut(config.interval_check, config.split_by)
     numbers = count(check)
     if numbers < MIN_NUMBERS:
         per_document = count(train_docs) / len(train_docs)
         wanted = math.ceil(MIN_NUMBERS / max(per_document, 1e-9)) / len(train_docs)  # the fewest documents, as a share
         if config.interval_check < wanted <= MAX_CHECK_SHARE:
-            kept, check, spec = cut(wanted)
+            kept, check, spec = cut(wanted, config.split_by)
             numbers = count(check)
     if numbers < MIN_NUMBERS:
         return train_docs, []
     checks = ("the number locations and intervals" if checks_locations(config, kept, check)
               else "the number intervals")
+    why = f"; {shared[0]}" if shared and spec.split_by is None else ""
     message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
-               f"({data_module.describe_split(spec)}) to check {checks}")
+               f"({data_module.describe_split(spec)}{why}) to check {checks}")
     tell(message, report)
     return kept, check
 
