@@ -506,7 +506,8 @@ def _rows_to_documents(
             ordinal, value = target.locate(row, text, values, where) if target is not None else (None, None)
         except BadRow as error:
             if not source.skip_bad_rows:
-                raise BadRow(f"{error} (a training config's skip_bad_rows: true skips such rows with a warning)") from None
+                raise BadRow(f"{error} (skip_bad_rows: true in the training config skips such rows with a warning, "
+                             "in train and in eval of its run)") from None
             skipped += 1
             if skipped <= 5:
                 logger.warning("skipping: %s", error)
