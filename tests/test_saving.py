@@ -4,6 +4,8 @@ folders, `run_folder`; these are the calls a user's own script makes)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -83,3 +85,13 @@ def test_saving_into_a_file_names_it(tmp_path):
     target.write_text("not a folder", encoding="utf-8")
     with pytest.raises(ValueError, match="it is a file, not a folder"):
         files.save_through_staging(target, lambda staging: None)
+
+
+def test_a_save_into_the_working_folder_stages_beside_it(tmp_path, monkeypatch):
+    folder = tmp_path / "here"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    written = byte_level_tokenizer().save_pretrained(".")
+    assert all((folder / Path(path).name).is_file() for path in written)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["here"]
+    assert not [path for path in folder.iterdir() if path.is_dir()]
