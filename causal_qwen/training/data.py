@@ -866,7 +866,7 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
             return SplitKey(column, "number")
         raise ValueError(f"split_at {split_at!r} is a date, but split_by column '{column}' holds numbers (such as "
                          f"{values[0]!r}); give split_at as a number of that column (a year: 2023)")
-    best, best_count = None, -1
+    best_count = -1
     for date_format in DATE_FORMATS:
         count = 0
         for value in values:
@@ -878,7 +878,7 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
             _warn_if_mixed_offsets(values, column, split_at)
             return SplitKey(column, "date", date_format)
         if count > best_count:
-            best, best_count = date_format, count
+            best_count = count
     index = best_count if best_count >= 0 else 0
     if best_count == 0 and parse_cell_number(values[0]) is not None:  # numbers with something else among them
         index = next(i for i, value in enumerate(values) if parse_cell_number(value) is None)
@@ -899,13 +899,7 @@ def split_key(values: Sequence[Any], split_at: Any, column: str, where: Sequence
 def _spelling(value: Any) -> str:
     """The first of `DATE_FORMATS` that reads ``value`` on its own, else ``"ISO 8601"`` (`parse_date` reads ISO
     forms whatever formats it is given)."""
-    for date_format in DATE_FORMATS:
-        try:
-            datetime.datetime.strptime(" ".join(str(value).split()), date_format)
-            return date_format
-        except ValueError:
-            continue
-    return "ISO 8601"
+    return next((date_format for date_format in DATE_FORMATS if _reads_as(value, date_format)), "ISO 8601")
 
 
 def _warn_if_mixed_offsets(values: Sequence[Any], column: str, split_at: Any = None) -> None:

@@ -74,12 +74,12 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
     if not config.interval_check or len(train_docs) < 2:
         return train_docs, []
     largest = math.ceil(max(MAX_CHECK_SHARE, config.interval_check) * len(train_docs))
-    shared: list[str] = []  # why the slice is a seeded pick although split_by's values differ
 
     def count(docs: list) -> int:
         return sum(1 if doc.target_ordinal is not None else len(find_numbers(doc.text)) for doc in docs)
 
-    def cut(fraction: float, split_by: str | None) -> tuple[list, list, data_module.SplitSpec]:
+    def cut(fraction: float, split_by: str | None = config.split_by) -> tuple[list, list, data_module.SplitSpec, str]:
+        """The slice of ``fraction``, and why it is a seeded pick although ``split_by`` is set ("" otherwise)."""
         spec = data_module.SplitSpec(fraction=fraction, split_by=split_by, seed=config.seed)
         try:
             kept, check = data_module.split_documents(train_docs, spec)
@@ -88,26 +88,25 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
                 raise
             return cut(fraction, None)
         if split_by is not None and len(check) > largest:  # whole groups of the latest values
-            shared[:] = [f"the latest values of '{split_by}' hold {len(check)} of the {len(train_docs)} training "
-                         f"documents (rows share a value), more than the {largest} a check may take"]
-            return cut(fraction, None)
-        return kept, check, spec
+            return (*cut(fraction, None)[:3], f"the latest values of '{split_by}' hold {len(check)} of the "
+                    f"{len(train_docs)} training documents (rows share a value), more than the {largest} a check "
+                    "may take")
+        return kept, check, spec, ""
 
-    kept, check, spec = cut(config.interval_check, config.split_by)
+    kept, check, spec, why = cut(config.interval_check)
     numbers = count(check)
     if numbers < MIN_NUMBERS:
         per_document = count(train_docs) / len(train_docs)
         wanted = math.ceil(MIN_NUMBERS / max(per_document, 1e-9)) / len(train_docs)  # the fewest documents, as a share
         if config.interval_check < wanted <= MAX_CHECK_SHARE:
-            kept, check, spec = cut(wanted, config.split_by)
+            kept, check, spec, why = cut(wanted)
             numbers = count(check)
     if numbers < MIN_NUMBERS:
         return train_docs, []
     checks = ("the number locations and intervals" if checks_locations(config, kept, check)
               else "the number intervals")
-    why = f"; {shared[0]}" if shared and spec.split_by is None else ""
     message = (f"interval check: {len(check)} of the {len(train_docs)} training documents kept out of training "
-               f"({data_module.describe_split(spec)}{why}) to check {checks}")
+               f"({data_module.describe_split(spec)}{'; ' + why if why else ''}) to check {checks}")
     tell(message, report)
     return kept, check
 
