@@ -282,6 +282,11 @@ def test_cli_chat_sends_each_prompt_through_the_chat_template(cli, capsys, monke
     assert printed == json.loads(json.dumps([result.to_dict() for result in expected]))
     assert cli(argv + ["Hello"]) == 0
     assert capsys.readouterr().out.startswith("Hello\n" + generate(tiny_model, tokenizer, rendered[:1], max_new_tokens=4)[0].text)
+    # An empty message is still a chat turn (the template writes its markup); an empty plain prompt is not.
+    assert cli(argv + ["--json", ""]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["prompt"] == "<system>Be brief.\n<user>\n<assistant>"
+    assert cli(["generate", "--base", "random:tiny", "Hello", ""]) == 2
+    assert "prompt 1 is empty" in capsys.readouterr().err
 
 
 def test_cli_streams_as_before(cli, capsys, tiny_model, tokenizer):

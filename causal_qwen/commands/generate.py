@@ -130,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--system applies to --chat only")
     check_writable_file(args.save_individual)  # before any work: not after the text is generated
     for index, prompt in enumerate(args.prompts):
-        if prompt == "":
-            raise ValueError(f"prompt {index} is empty")
+        if prompt == "" and not args.chat:  # --chat wraps even an empty message in the template's markup
+            raise ValueError(f"prompt {index} is empty (with --chat an empty message is sent as one)")
     import torch
 
     from ..core.text_generation import NumericTextStreamer, generate_arguments
