@@ -33,6 +33,7 @@ _EXPORTS = {
     "CausalQwenOutput": "core.modeling",
     "NumericTokenizer": "core.tokenizer",
     "NumericTextStreamer": "core.text_generation",
+    "CausalTextGenerationPipeline": "core.text_pipeline",
     "from_qwen": "conversion.conversion",
 }
 

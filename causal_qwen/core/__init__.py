@@ -1,9 +1,10 @@
 """The model and everything a saved model folder carries: the Cauchy math (`cauchy`), `CausalQwenConfig`
 (`configuration`), the causal heads (`heads`), the reference and the vocabulary-chunked fused losses (`losses`,
 `fused_ovr`), `CausalQwenForCausalLM` (`modeling`), generation in its three modes (`generation`; text through
-``model.generate``: `text_generation`), the number grammar (`numbers`) and the numeric tokenizer with its offline
-Qwen2.5 vocabulary (`tokenizer`, `qwen_vocab`; `files`: atomic writes; `row_blocks`: how many positions a pass
-over the whole vocabulary takes at a time).
+``model.generate``: `text_generation`; transformers' text-generation pipeline over it: `text_pipeline`), the
+number grammar (`numbers`) and the numeric tokenizer with its offline Qwen2.5 vocabulary (`tokenizer`,
+`qwen_vocab`; `files`: atomic writes; `row_blocks`: how many positions a pass over the whole vocabulary takes at a
+time).
 
 This folder is flat on purpose, and nothing else may join it in a sub-folder. ``save_pretrained`` copies the
 module defining the model, its config or its tokenizer into the saved folder, flat beside the weights, together

@@ -177,11 +177,21 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         """transformers' ``save_pretrained``, written into a staging folder beside ``save_directory`` and moved in
         file by file (`files.save_through_staging`): a save killed half-way leaves every file whole, the earlier
         save's or this one's. ``push_to_hub=True`` goes through transformers' own writes, which the upload reads
-        from the folder itself."""
+        from the folder itself. The config names `text_pipeline.CausalTextGenerationPipeline` in
+        ``custom_pipelines`` and the folder carries its code, so ``pipeline("text-generation", model=folder,
+        trust_remote_code=True)`` reads the prompt's numbers as values."""
         save = super().save_pretrained
         if push_to_hub or not kwargs.get("is_main_process", True):
             return save(save_directory, *args, push_to_hub=push_to_hub, **kwargs)
-        return save_through_staging(save_directory, lambda staging: save(staging, *args, **kwargs))
+        # The folder carries text_pipeline.py because this module imports it (transformers copies a custom model's
+        # relative imports, lazy ones too); the config names the class.
+        from .text_pipeline import CUSTOM_PIPELINES  # lazy: transformers' pipelines load slowly
+
+        def save_with_pipeline(staging) -> None:
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+            save(staging, *args, **kwargs)
+
+        return save_through_staging(save_directory, save_with_pipeline)
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.model.embed_tokens
