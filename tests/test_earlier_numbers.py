@@ -313,9 +313,17 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     config = load_train_config(sum_config(tmp_path, "noise", rows), [f"output_dir={tmp_path / 'noise_run'}", *settings])
     lines = []
     result = run_training(config, report=lines.append)
-    assert any(line.startswith("earlier numbers: not read") for line in lines), lines
+    assert any(line.startswith("earlier numbers: not read: they do not help") for line in lines), lines
     assert CausalQwenForCausalLM.from_pretrained(result.final_dir).config.earlier_numbers == 0
     assert result.earlier_width is None
+
+    # Numbers the template's text writes alike in every row ("S&P 500") have nothing to tell: train says so.
+    rows = [f"{day},500,2,{z:.1f}" for day, z in zip(days, noise)]
+    config = load_train_config(sum_config(tmp_path, "fixed", rows), [f"output_dir={tmp_path / 'fixed_run'}", *settings])
+    lines = []
+    run_training(config, report=lines.append)
+    assert any(line.startswith("earlier numbers: not read: the numbers before the target are the same in every row "
+                               "(2, 500)") for line in lines), lines
 
 
 def test_a_bad_earlier_numbers_setting_is_named(tmp_path):

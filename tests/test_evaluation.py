@@ -656,6 +656,15 @@ def test_the_metrics_table_shows_the_first_figures_of_a_long_list():
     assert format_metrics({"bits_per_number_by_order": []}).endswith("  n/a"), "text without numbers"
 
 
+def test_the_metrics_table_says_why_a_correlation_is_missing():
+    from causal_qwen.commands.eval import format_metrics
+
+    assert format_metrics({"num_count": 14, "num_scale_error_spearman": None}).endswith(
+        "  n/a (scale_Y, or the error, is the same at every number: nothing to rank)")
+    assert format_metrics({"num_count": 1, "num_scale_error_spearman": None}).endswith("  n/a (fewer than two numbers)")
+    assert format_metrics({"num_count": 14, "num_scale_error_spearman": 0.25}).endswith("  0.25")
+
+
 def test_cli_number_index_with_all_numbers_is_an_error(tmp_path, capsys):
     from causal_qwen.cli import main
 

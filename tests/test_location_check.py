@@ -116,7 +116,11 @@ def test_a_small_table_keeps_eight_rows_out_when_a_quarter_allows_it():
     assert len(check) == 8 and len(kept) == 35
     assert min(doc.row for doc in check) > max(doc.row for doc in kept)  # the latest rows, by the split column
     assert len(keep_check_slice(config, documents(100))[1]) == 10  # the fraction alone when it is enough
-    assert keep_check_slice(config, documents(30)) == (documents(30), [])  # 8 of 30 would pass a quarter: none
+    lines: list[str] = []
+    assert keep_check_slice(config, documents(30), lines.append) == (documents(30), [])  # 8 of 30 pass a quarter
+    assert lines == ["interval check: no slice kept out: 30 training documents are too few for 8 numbers in a "
+                     "quarter of them; every row trains, and neither the locations nor the intervals are checked on "
+                     "rows kept out (the interval floor stands in)"]
     seeded = SimpleNamespace(interval_check=0.1, split_by=None, seed=0, location_check=True)
     assert len(keep_check_slice(seeded, documents(43))[1]) == 8
 

@@ -561,6 +561,11 @@ def test_eval_says_when_it_scores_trained_rows_or_another_target(finished_run, t
     assert cli_main(["eval", "--model", model, "--metrics", "numbers", "--target", "day"]) == 0
     out = capsys.readouterr().out
     assert "note: the run's intervals were fitted and checked for 'value', not 'day'" in out
+    # A --target that is no field of the template: the one error line, before any setting or note is printed.
+    assert cli_main(["eval", "--model", model, "--metrics", "numbers", "--target", "valeu"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.strip().splitlines() == [
+        f"causal-qwen eval: error: the field 'valeu' is not a field of the template {saved['template']!r}"]
 
 
 # ---- generation within the model's positions ---------------------------------------------------------------

@@ -162,6 +162,10 @@ def data_spec(args: argparse.Namespace):
         skip_bad_rows=bool(config is not None and config.skip_bad_rows),
         **{"split_by": split_by, "split_at": args.split_at, **split},
     )
+    if spec.template and spec.target:  # a misspelled --target fails before the settings and notes are printed
+        from ..training.data import template_place
+
+        template_place(spec.template, spec.target)
     if path is not None:  # on stdout, unless the metrics go there as JSON
         out = sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
         print(f"settings from {path}: {_describe_spec(spec, split)}", file=out)
@@ -313,13 +317,22 @@ def format_metrics(metrics: dict) -> str:
         ("num_scale_error_spearman", "Spearman of scale_Y and |y - loc_Y|"),
         ("num_tail_ratio", "q90/q50 of |y - loc_Y|/scale_Y (Cauchy: 6.31)"),
     ]
-    rows = [(label, _fmt(metrics[key])) for key, label in labels if key in metrics]
+    rows = [(label, _fmt(metrics[key]) + _why_missing(key, metrics)) for key, label in labels if key in metrics]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
     if metrics.get("calibration"):
         lines += ["", "calibration (central intervals)", f"{'nominal':>8}  {'empirical':>9}"]
         lines += [f"{row['nominal']:>8.2f}  {row['empirical']:>9.3f}" for row in metrics["calibration"]]
     return "\n".join(lines)
+
+
+def _why_missing(key: str, metrics: dict) -> str:
+    """Why a figure that has no value has none (the Spearman correlation needs two numbers and varied ranks)."""
+    if key != "num_scale_error_spearman" or metrics[key] is not None:
+        return ""
+    if (metrics.get("num_count") or 0) < 2:
+        return " (fewer than two numbers)"
+    return " (scale_Y, or the error, is the same at every number: nothing to rank)"
 
 
 LIST_SHOWN = 10  # the entries of a list figure the table shows (a long text's bits per number by order: thousands)

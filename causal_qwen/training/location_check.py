@@ -79,7 +79,8 @@ class LocationCheckReport:
         else:
             what = "locations kept (no blend with the training median does better)"
         return (f"location check on {self.numbers} numbers of training rows kept out of training: MdAE "
-                f"{self.mdae_before:.4g} (the training median {self.median:.4g}: {self.mdae_median:.4g}); {what}; now "
+                f"{self.mdae_before:.4g} (forecasting the training median, {self.median:.4g}: {self.mdae_median:.4g}); "
+                f"{what}; now "
                 f"{self.mdae_after:.4g}")
 
 

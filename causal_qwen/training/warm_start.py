@@ -431,6 +431,8 @@ def warm_start(
         return reports
     read_seconds = time.perf_counter() - started
     if regression_ridge is not None:
+        offered = model.action.earlier_numbers  # the fit may remove it: what it offered is read first
+        columns = 0 if offered is None else min(offered.weight.numel(), offered.target)  # earlier values that exist
         regression = reports["regression"] = _start_regression(model, positions, regression_ridge, read_seconds,
                                                                in_time_order)
         if progress is not None:
@@ -444,7 +446,7 @@ def warm_start(
                      f"out of fold (the numbers' noise starts there) ({regression.seconds:.0f} s)")
             if regression.earlier_block_errors is not None:
                 without, within = (regression.earlier_block_errors[key] for key in ("without", "with"))
-                verdict = "read beside the features" if regression.earlier_numbers else "not read: they do not help"
+                verdict = _earlier_verdict(positions, columns, bool(regression.earlier_numbers))
                 progress(f"earlier numbers: {verdict} (each {'forward ' if in_time_order else ''}block's median "
                          f"absolute error {', '.join(f'{e:.4g}' for e in without)} without them, "
                          f"{', '.join(f'{e:.4g}' for e in within)} with them)")
@@ -615,6 +617,18 @@ def block_medians(residuals: Tensor | None, count: int, forward: bool) -> Tensor
         edges = [edge - edges[1] for edge in edges[1:]]  # the forecast blocks, from the second on
     residuals = residuals.abs()
     return torch.stack([residuals[a:b].median() for a, b in zip(edges[:-1], edges[1:])])
+
+
+def _earlier_verdict(positions: TrainingPositions, columns: int, kept: bool) -> str:
+    """What ``train`` says of the earlier numbers weighed (the first ``columns`` of ``number_earlier``): read, the
+    same values in every row (a number the template's own text writes, such as the 500 of "S&P 500"), or no help."""
+    if kept:
+        return "read beside the features"
+    at_targets = positions.number_earlier[positions.number_is_target][:, :columns]  # (T,columns)
+    if len(at_targets) and bool((at_targets == at_targets[:1]).all()):
+        values = ", ".join(f"{value:g}" for value in at_targets[0].tolist())
+        return f"not read: the numbers before the target are the same in every row ({values})"
+    return "not read: they do not help"
 
 
 def keeps_earlier(without: Tensor | None, within: Tensor | None) -> bool:
