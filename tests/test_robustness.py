@@ -546,6 +546,17 @@ def test_eval_reads_the_runs_config_and_scores_the_target(finished_run, tmp_path
     metrics = json.loads(report.read_text())
     assert metrics["num_count"] == 10 and "number_target" not in metrics  # day and value of 5 documents
     assert "note:" not in capsys.readouterr().out
+    # A model converted from a random preset gets a note under its language figures (they say nothing of text).
+    random_preset = tmp_path / "from-random" / "final"  # the run's final model, beside its train_config.yaml
+    shutil.copytree(finished_run / "final", random_preset)
+    shutil.copy(finished_run / "train_config.yaml", random_preset.parent)
+    saved = json.loads((random_preset / "config.json").read_text())
+    (random_preset / "config.json").write_text(json.dumps({**saved, "converted_from": "random:tiny"}))
+    for folder, noted in ((finished_run / "final", False), (random_preset, True)):
+        assert cli_main(["eval", "--model", str(folder), "--metrics", "all"]) == 0
+        out = capsys.readouterr().out
+        assert ("note: a model converted from random:tiny (random weights) learns a table's numbers, not language"
+                in out) is noted and "perplexity" in out
 
 
 def test_eval_says_when_it_scores_trained_rows_or_another_target(finished_run, tmp_path, capsys):

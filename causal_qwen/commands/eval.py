@@ -282,6 +282,11 @@ def run(args: argparse.Namespace) -> int:
         print(text)
         return 0
     print(format_metrics(metrics))
+    converted_from = str(getattr(model.config, "converted_from", None) or "")
+    if converted_from.startswith("random:") and "perplexity" in metrics:
+        print(f"note: a model converted from {converted_from} (random weights) learns a table's numbers, not "
+              "language: its perplexity, accuracy and bits per byte say nothing of text (--metrics numbers leaves "
+              "them out)")
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
