@@ -49,7 +49,10 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
     ``num_return_sequences=n`` repeats each prompt ``n`` times in the batch (CausalQwen's ``generate`` writes one
     sequence per row): the copies differ in causal mode (row ``i`` draws from ``seed + i``) and when sampling in
     traditional mode, and are equal in standard mode. ``return_tensors=True`` gives ``generated_token_ids`` with the
-    ``numeric_values`` and ``numeric_scales`` that ``tokenizer.decode`` needs to write them.
+    ``numeric_values`` and ``numeric_scales`` that ``tokenizer.decode`` needs to write them. Seeds follow the
+    batches the pipeline makes: row ``i`` of a batch draws from ``seed + i``, so a list of prompts run one at a
+    time (``batch_size=1``, the default) draws each from ``seed`` itself, where ``causal-qwen generate`` gives prompt
+    ``i`` of its list ``seed + i``.
     """
 
     _default_generation_config = GenerationConfig(max_new_tokens=256)
