@@ -61,13 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class PlainFormatter(logging.Formatter):
+    """``warning: message``, as the commands write their own warnings (``--verbose`` adds the level and the logger
+    that wrote each line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     OneLineErrors.arguments = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.verbose else PlainFormatter())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     if not args.verbose:
         _quiet_loading_bars()
     from . import progress

@@ -34,7 +34,8 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
     """Exit status 2 and one line on stderr holding every needle."""
-    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+    lines = [line for line in done.stderr.splitlines()
+             if line.strip() and not line.startswith(("WARNING", "warning: "))]
     assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
     assert len(lines) == 1, done.stderr[-3000:]
     for needle in needles:
@@ -57,6 +58,17 @@ def test_help_and_version_start_without_torch():
     assert time.perf_counter() - begin < 2.0
     version = run_cli("--version")
     assert version.returncode == 0 and version.stdout.strip().startswith("causal-qwen 0.")
+
+
+def test_a_logged_warning_reads_as_the_commands_own():
+    """Without --verbose a library warning prints as ``warning: ...``, the form of the commands' own warnings."""
+    import logging
+
+    from causal_qwen.cli import PlainFormatter
+
+    record = logging.LogRecord("causal_qwen.training.data", logging.WARNING, __file__, 1, "row %d: %s", (1, "odd"),
+                               None)
+    assert PlainFormatter().format(record) == "warning: row 1: odd"
 
 
 def test_command_choices_match_the_library():
@@ -345,7 +357,8 @@ def cli_error(capsys, *argv: str) -> str:
     from causal_qwen.cli import main as cli_main
 
     assert cli_main(list(argv)) == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("WARNING")]
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.strip() and not line.startswith(("WARNING", "warning: "))]
     assert len(lines) == 1, lines
     return lines[0]
 
