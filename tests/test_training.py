@@ -434,7 +434,8 @@ def test_settings_that_cannot_train_are_named_before_anything_runs(setting, mess
 def test_train_warns_when_the_target_is_not_the_templates_last_field(tmp_path, capsys, monkeypatch):
     import causal_qwen.training.training as training_module
 
-    def stop(*args, **kwargs):
+    def stop(*args, **kwargs):  # the rows read, then stopped
+        kwargs["report"]("data: 3 training and 1 validation documents (a random 25% of the rows)")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(training_module, "run_training", stop)
@@ -450,6 +451,17 @@ def test_train_warns_when_the_target_is_not_the_templates_last_field(tmp_path, c
                                    "output_dir": str(tmp_path / "run")}))
     assert cli_main(["train", str(cfg)]) == 130
     assert "warning" not in capsys.readouterr().out
+
+    def bad_target(*args, **kwargs):  # the rows cannot be read: their error alone, no advice before it
+        raise ValueError("row 3 (line 4): template field 'price' holds 'high', which is not a number")
+
+    monkeypatch.setattr(training_module, "run_training", bad_target)
+    cfg.write_text(yaml.safe_dump({"model": "random:tiny", "data": "houses.csv", "target": "price",
+                                   "template": "Sold for {price} dollars: {address}, {area} m2.",
+                                   "output_dir": str(tmp_path / "run")}))
+    assert cli_main(["train", str(cfg)]) == 2
+    printed = capsys.readouterr()
+    assert "warning" not in printed.out and "which is not a number" in printed.err
 
 
 # ---- the fused loss is what training uses -----------------------------------------------------------------

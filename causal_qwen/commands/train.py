@@ -62,9 +62,16 @@ def run(args: argparse.Namespace) -> int:
     from ..training.monitoring import ProgressLines, read_metrics
     from ..training.training import run_training
 
+    later = fields_after_target(config)
+    pending = [f"warning: target '{config.target}' is not the template's last field: the model forecasts it from the "
+               f"text before it, so {', '.join(repr(name) for name in later)} cannot inform it; put the target last"
+               ] if later else []
+
     def report(message: str) -> None:
         if main_process:
             print(message, flush=True)
+            if pending and message.startswith("data: "):  # after the rows are read: a bad row's error comes alone
+                print(pending.pop(), flush=True)
 
     # A terminal gets Trainer's step bar; a log file (or --quiet) gets none: there a line per logging step
     # ("step 10/180, loss ...") tells a person reading the log how far the run is (none with --quiet).
@@ -73,10 +80,6 @@ def run(args: argparse.Namespace) -> int:
         config.progress_bar = False
         if progress.mode() != "never":
             callbacks.append(ProgressLines(report))
-    later = fields_after_target(config)
-    if later:
-        report(f"warning: target '{config.target}' is not the template's last field: the model forecasts it from the "
-               f"text before it, so {', '.join(repr(name) for name in later)} cannot inform it; put the target last")
     result = run_training(config, resume=args.resume, report=report, callbacks=callbacks)
     if not main_process or not result.trained:
         return 0
