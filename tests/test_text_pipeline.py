@@ -154,7 +154,7 @@ def test_bad_inputs_give_clear_errors(generator, tiny_model, tokenizer):
     assert "".join(piece.text for piece in pieces) == record["generated_text"]
 
 
-# ---- a folder saved by the pipeline -------------------------------------------------------------------------
+# ---- a saved folder: the pipeline's save, or the model's ----------------------------------------------------
 @pytest.mark.parametrize("saved_by", ["pipeline", "model"])
 def test_a_saved_folder_loads_with_trust_remote_code(generator, tiny_model, tokenizer, tmp_path, saved_by):
     """``pipe.save_pretrained``, and the model's own ``save_pretrained`` (what ``convert`` and ``train`` write) with
