@@ -21,7 +21,7 @@ A model's ``save_pretrained(folder)`` (and so ``causal-qwen convert`` and ``trai
 writes the pipeline's code beside the model's and names it in the config's ``custom_pipelines``, so
 ``pipeline("text-generation", model=folder, trust_remote_code=True)`` picks this class.
 
-Shape legend: B prompts in the batch, N sequences per prompt, P prompt length (left padded), L = P + new tokens.
+Shape legend: B prompts in the batch, N sequences per prompt, P prompt length (padded on the tokenizer's side), L = P + new tokens.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
         prompt_text = model_inputs["prompt_text"]
         batched = isinstance(prompt_text, list)  # several prompts collated into one batch (batch_size > 1)
         strings = model_inputs["numeric_strings"]  # one row per prompt; collated: a list of one row per prompt
-        strings = [_left_padded(item[0], input_ids.shape[1]) for item in strings] if batched else strings
+        if batched:  # padded as the pipeline padded the ids, on the tokenizer's side
+            strings = [_padded(item[0], input_ids.shape[1], self.tokenizer.padding_side) for item in strings]
 
         prefix_length = generate_kwargs.pop("prefix_length", 0)
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
@@ -189,9 +190,10 @@ def _with_prompt(prompt_text: str | Chat, text: str, continue_final_message: boo
     return messages + [{"role": "assistant", "content": text}]
 
 
-def _left_padded(row: list[str], width: int) -> list[str]:
-    """A prompt's ``numeric_strings`` row padded on the left with ``""`` to the batch's ``width``."""
-    return [""] * (width - len(row)) + list(row)
+def _padded(row: list[str], width: int, side: str) -> list[str]:
+    """A prompt's ``numeric_strings`` row padded with ``""`` to the batch's ``width`` on ``side``."""
+    padding = [""] * (width - len(row))
+    return padding + list(row) if side == "left" else list(row) + padding
 
 
 def _ignore(piece) -> None:
