@@ -17,11 +17,12 @@ number is read as 0 and the first ``<NUM>`` written cannot be decoded. This subc
 (``batch_size``), chats through the tokenizer's chat template; CausalQwen's own ``generate`` keywords (``mode``,
 ``seed``, ``individual_scope``, ``causal_temperature``, ``individual``) pass through to ``model.generate``.
 
-A model's ``save_pretrained(folder)`` (and so ``causal-qwen convert`` and ``train``), like ``pipe.save_pretrained(folder)``,
-writes the pipeline's code beside the model's and names it in the config's ``custom_pipelines``, so
-``pipeline("text-generation", model=folder, trust_remote_code=True)`` picks this class.
+A model's ``save_pretrained(folder)`` (and so ``causal-qwen convert`` and ``train``), like
+``pipe.save_pretrained(folder)``, writes the pipeline's code beside the model's and names it in the config's
+``custom_pipelines``, so ``pipeline("text-generation", model=folder, trust_remote_code=True)`` picks this class.
 
-Shape legend: B prompts in the batch, N sequences per prompt, P prompt length (padded on the tokenizer's side), L = P + new tokens.
+Shape legend: B prompts in the batch, N sequences per prompt, P prompt length (padded on the tokenizer's side),
+L = P + new tokens.
 """
 
 from __future__ import annotations
