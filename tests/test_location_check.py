@@ -86,6 +86,27 @@ def test_a_good_model_keeps_its_locations_and_weights():
     assert torch.equal(head.weight, weight) and torch.equal(head.bias, bias)
 
 
+def test_a_forecast_that_beats_the_median_is_not_tuned_toward_it():
+    """A blend would fit the slice better (the model's locations carry half the truth's spread and noise), but the
+    model beats the training median there, so its head is left as it is."""
+    model, tokens = model_and_tokens(60)
+    collator = NumericCollator(pad_token_id=0)
+    loc, _ = read(model, context_dataset(tokens, [0.0] * 60), collator)
+    median = float(loc.median())
+    noise = torch.randn(60, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    values = (median + 0.6 * (loc - median) + 0.3 * (loc - median).abs().median() * noise).tolist()
+    head = model.action.regression_head
+    weight, bias = head.weight.detach().clone(), head.bias.detach().clone()
+    value = torch.tensor(values, dtype=torch.float64)
+    alpha, mdae = choose_alpha(value, loc, median)
+    assert alpha < 1 and mdae[-1] > mdae.min()  # the slice alone would ask for a blend
+    report = check_location(model, context_dataset(tokens, values), collator, batch_size=16, median=median)
+    assert report is not None and report.mdae_median > report.mdae_before  # the model beats the constant
+    assert not report.shrunk and report.support == 0.0 and report.mdae_after == report.mdae_before
+    assert "only a forecast the median beats is shrunk" in report.line()
+    assert torch.equal(head.weight, weight) and torch.equal(head.bias, bias)
+
+
 def test_a_slice_under_eight_numbers_is_skipped():
     model, tokens = model_and_tokens(5)
     head = model.action.regression_head

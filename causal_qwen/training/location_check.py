@@ -11,10 +11,15 @@ model's locations ``loc_Y,m``, the check picks the shrink weight
 
     α* = argmin_{α ∈ GRID} median_m |y_m − (α·loc_Y,m + (1 − α)·m0)|,    GRID = 0, 0.05, …, 1
 
-(ties → the largest α, so a model that is as good as the blend keeps its own location), and applies it when the
-blend beats the model on the slice beyond noise: in at least `BOOTSTRAP_SHARE` (90%) of `BOOTSTRAP_DRAWS` paired
-bootstrap resamples of the slice (the same M numbers drawn with replacement for both), the blend's MdAE is strictly
-below the model's (α = 1). Below `MIN_NUMBERS` numbers the check is skipped, as the interval check is.
+(ties → the largest α, so a model that is as good as the blend keeps its own location), and applies it when two
+things hold. The median alone (α = 0) predicts the slice better than the model (its MdAE strictly lower): the
+check answers a forecast worse than a constant, and does not tune one that beats it, since a blend weight fitted to
+the slice's own errors followed the slice and not the rows after it (docs/benchmarks.md, "The location check shrinks
+only a forecast the median beats": seattle-temps' October slice pulled its November forecast toward the warm
+median). And the blend beats the model on the slice beyond noise: in at least `BOOTSTRAP_SHARE` (90%) of
+`BOOTSTRAP_DRAWS` paired bootstrap resamples of the slice (the same M numbers drawn with replacement for both), the
+blend's MdAE is strictly below the model's (α = 1). Below `MIN_NUMBERS` numbers the check is skipped, as the
+interval check is.
 
 Applied to the regression head's weights, so nothing new is needed at inference: `ActionNetwork.regress` forms
 ``loc_Y = W_reg·loc_U + b_reg`` with no normalisation of the targets, hence
@@ -51,8 +56,9 @@ BOOTSTRAP_SEED = 0
 @dataclass
 class LocationCheckReport:
     """numbers: ``M``; median: ``m0``, the training targets' median; alpha: ``α*`` (1 when no blend beats the
-    model); support: the share of bootstrap resamples in which the ``α*`` blend's MdAE is below the model's;
-    shrunk: whether ``α*`` was applied to the head; mdae_before: the slice's MdAE of the model as trained;
+    model); support: the share of bootstrap resamples in which the ``α*`` blend's MdAE is below the model's (0 when
+    the median does not beat the model: not drawn); shrunk: whether ``α*`` was applied to the head; mdae_before: the
+    slice's MdAE of the model as trained;
     mdae_median: that of the training median alone (α = 0); mdae_blend: that of the ``α*`` blend; mdae_after: that
     of the model as it is now (the blend's when shrunk)."""
 
@@ -73,6 +79,8 @@ class LocationCheckReport:
         if self.shrunk:
             what = (f"locations shrunk toward the training median (alpha {self.alpha:.2f}, better in "
                     f"{self.support:.0%} of resamples)")
+        elif self.mdae_median >= self.mdae_before:
+            what = "locations kept (the model beats the training median; only a forecast the median beats is shrunk)"
         elif self.alpha < 1:
             what = (f"locations kept (the alpha {self.alpha:.2f} blend, MdAE {self.mdae_blend:.4g}, is better in only "
                     f"{self.support:.0%} of resamples)")
@@ -155,13 +163,14 @@ def check_location(model, dataset, collator, batch_size: int, median: float,
     grid = GRID if model.action.number_noise is not None else tuple(a for a in GRID if a > 0)
     alpha, mdae = choose_alpha(value, loc, median, grid)
     before, blend = float(mdae[-1]), float(mdae[grid.index(alpha)])
-    support = bootstrap_support(value, loc, median, alpha) if alpha < 1 else 0.0
-    shrunk = alpha < 1 and support >= BOOTSTRAP_SHARE
+    by_median = float(median_absolute_error(value - median))
+    considered = alpha < 1 and by_median < before  # a forecast the constant beats
+    support = bootstrap_support(value, loc, median, alpha) if considered else 0.0
+    shrunk = considered and support >= BOOTSTRAP_SHARE
     if shrunk:
         shrink_regression_head(model, alpha, median)
     report = LocationCheckReport(numbers=int(value.numel()), median=median, alpha=alpha, support=support,
-                                 shrunk=shrunk, mdae_before=before,
-                                 mdae_median=float(median_absolute_error(value - median)), mdae_blend=blend,
+                                 shrunk=shrunk, mdae_before=before, mdae_median=by_median, mdae_blend=blend,
                                  mdae_after=blend if shrunk else before)
     logger.info("location check: %s", report.to_dict())
     return report

@@ -192,13 +192,14 @@ class TrainConfig:
     and checked. Needs ``regression_warm_start`` and a check slice. null: the recipe's (pretrained: true; random:
     false)."""
     location_check: bool | str | None = None
-    """On the interval check's slice, before it: when a blend ``α·loc_Y + (1 − α)·m0`` with the training median
-    ``m0`` has a clearly lower median absolute error there than the model (in 90% of bootstrap resamples), the
-    regression head is shrunk to that blend (`causal_qwen.training.location_check`). ``seeded``: only when the slice
-    is a seeded pick of the training rows, which stands for the held-out rows of a random split; not when it is the
-    latest stretch of a split in time, which is the nearest evidence for a later period but no sample of it (there
-    the check cost the unseen tables more than it gave: docs/benchmarks.md). true: on either slice; false: never.
-    Runs only when the interval check has a slice. null: the recipe's (random: seeded; pretrained: false)."""
+    """On the interval check's slice, before it: when the training median ``m0`` alone has a lower median absolute
+    error there than the model, and a blend ``α·loc_Y + (1 − α)·m0`` a clearly lower one (in 90% of bootstrap
+    resamples), the regression head is shrunk to that blend (`causal_qwen.training.location_check`). ``seeded``:
+    only when the slice is a seeded pick of the training rows, which stands for the held-out rows of a random split;
+    not when it is the latest stretch of a split in time, which is the nearest evidence for a later period but no
+    sample of it (on the tiny default it cost the unseen tables more than it gave: docs/benchmarks.md). true: on
+    either slice; false: never. Runs only when the interval check has a slice. null: the recipe's (random: seeded;
+    pretrained: true)."""
     lora: bool = False
     """LoRA adapters on the backbone (peft); the causal heads and numeric embedding train fully."""
     lora_r: int = 8
