@@ -20,21 +20,21 @@ a calibrated model"). With
 nothing before the heads training, the backbone runs once per example (`feature_cache`), not once per step.
 
 Both keep a tenth of the training rows (the latest ones when the split is by a column such as a date; at least 8
-when that takes at most a quarter of them) to check the number locations and the width of the number intervals
-after training: the width is rescaled when it is off (``interval_check``). Both check the locations too: they
-shrink toward the training median when that median alone predicts the kept rows better than the model does, and a
-blend with it does so clearly (`location_check`). The random recipe checks them only when the kept rows are a seeded
-pick, which stands for a random split's held-out rows (``location_check: seeded``; a tiny model that memorised its
-table's text): after a split in time the tiny model's latest stretch erred more than the months after it
-(seattle-temps' October), and the check then pulled a good forecast toward the median. The pretrained recipe checks
-them on either slice (``true``): where its frozen read-out extrapolated a date into a later period (ten tickers'
-prices, driving's gas prices) the slice already showed it below the median (docs/benchmarks.md, "The location check
-shrinks only a forecast the median beats"). A table too small for such a slice trains on every row, and its widths are floored at the regression
-warm start's out-of-fold error (`interval_check.floor_intervals`). The pretrained recipe refits its regression
-read-out to the rows trained on before the checks, so that they measure the read-out it saves, and to every
-training row after them, the kept ones included (``refit_after_check``): on frozen features the read-out is the
-ridge fit, and after a time split the latest rows are the ones a forecast needs most. The random recipe does not:
-its read-out is trained together with its backbone, and a ridge refit undid that (docs/benchmarks.md, "Tables
+when that takes at most a quarter of them) to check the number locations and the width of the number intervals after
+training: the width is rescaled when it is off (``interval_check``). Both check the locations too: they shrink
+toward the training median when that median alone predicts the kept rows better than the model does, and a blend
+with it does so clearly (`location_check`). The random recipe checks them only when the kept rows are a seeded pick,
+which stands for a random split's held-out rows (``location_check: seeded``; a tiny model that memorised its table's
+text): after a split in time the tiny model's latest stretch erred more than the months after it (seattle-temps'
+October), and the check then pulled a good forecast toward the median. The pretrained recipe checks them on either
+slice (``true``): where its frozen read-out extrapolated a date into a later period (ten tickers' prices, driving's
+gas prices) the slice already showed it below the median (docs/benchmarks.md, "The location check shrinks only a
+forecast the median beats"). A table too small for such a slice trains on every row, and its widths are floored at
+the regression warm start's out-of-fold error (`interval_check.floor_intervals`). The pretrained recipe refits its
+regression read-out to the rows trained on before the checks, so that they measure the read-out it saves, and to
+every training row after them, the kept ones included (``refit_after_check``): on frozen features the read-out is
+the ridge fit, and after a time split the latest rows are the ones a forecast needs most. The random recipe does
+not: its read-out is trained together with its backbone, and a ridge refit undid that (docs/benchmarks.md, "Tables
 nobody tuned for").
 """
 
