@@ -120,6 +120,26 @@ def test_several_sequences_repeat_the_prompt(generator, tiny_model, tokenizer):
     assert records[0] != records[1]
 
 
+def test_causal_seeds_follow_the_sequences_of_the_call_not_its_batches(generator, tiny_model, tokenizer):
+    """Sequence ``r`` of a call draws from ``seed + r`` at every ``batch_size``, as `generate` (and so
+    ``causal-qwen generate``) draws prompt ``r`` of its list: one prompt at a time, two, or three at once."""
+    prompts = [PRICE, "Hello", PRICE]
+    expected = generate(tiny_model, tokenizer, prompts, mode="causal", seed=5, max_new_tokens=6)
+    for batch_size in (1, 2, 3):
+        records = generator(prompts, mode="causal", seed=5, max_new_tokens=6, batch_size=batch_size,
+                            return_full_text=False)
+        assert records == [[{"generated_text": result.text}] for result in expected], batch_size
+    assert expected[0].text != expected[2].text  # the same prompt, another seed
+    copies = generate(tiny_model, tokenizer, [PRICE, PRICE, "Hello", "Hello"], mode="causal", seed=5,
+                      max_new_tokens=6)
+    records = generator([PRICE, "Hello"], mode="causal", seed=5, max_new_tokens=6, num_return_sequences=2,
+                        return_full_text=False)
+    assert records == [[{"generated_text": result.text} for result in copies[:2]],
+                       [{"generated_text": result.text} for result in copies[2:]]]
+    [again] = generator(PRICE, mode="causal", seed=5, max_new_tokens=6, return_full_text=False)
+    assert again == {"generated_text": expected[0].text}  # a new call counts from 0 again
+
+
 def test_a_chat_goes_through_the_chat_template(generator, tiny_model, tokenizer, monkeypatch):
     """A chat's number is read as a value too; the reply is what `generate` writes after the rendered prompt."""
     monkeypatch.setattr(tokenizer, "chat_template", CHAT_TEMPLATE, raising=False)

@@ -32,7 +32,7 @@ import copy
 from transformers import AutoModelForCausalLM, GenerationConfig
 from transformers.pipelines.text_generation import Chat, ReturnType, TextGenerationPipeline
 
-from .generation import MODES
+from .generation import MODES, check_seed, row_seed
 from .text_generation import NumericTextStreamer
 
 __all__ = ["CausalTextGenerationPipeline"]
@@ -50,10 +50,12 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
     ``num_return_sequences=n`` repeats each prompt ``n`` times in the batch (CausalQwen's ``generate`` writes one
     sequence per row): the copies differ in causal mode (row ``i`` draws from ``seed + i``) and when sampling in
     traditional mode, and are equal in standard mode. ``return_tensors=True`` gives ``generated_token_ids`` with the
-    ``numeric_values`` and ``numeric_scales`` that ``tokenizer.decode`` needs to write them. Seeds follow the
-    batches the pipeline makes: row ``i`` of a batch draws from ``seed + i``, so a list of prompts run one at a
-    time (``batch_size=1``, the default) draws each from ``seed`` itself, where ``causal-qwen generate`` gives prompt
-    ``i`` of its list ``seed + i``.
+    ``numeric_values`` and ``numeric_scales`` that ``tokenizer.decode`` needs to write them. In causal mode seeds
+    follow the sequences of the call, not its batches: sequence ``r`` of a call (prompt ``i``'s copy ``j`` is
+    ``r = i·N + j``) draws its individuals from ``seed + r``, as ``causal-qwen generate`` and
+    `text_generation.generate` draw prompt ``i`` of their list, so a list of prompts writes the same texts at every
+    ``batch_size``. (Traditional sampling draws a batch from torch's global generator seeded with ``seed``, as
+    ``model.generate`` does, so there a batch's texts depend on what else is in it.)
     """
 
     _default_generation_config = GenerationConfig(max_new_tokens=256)
@@ -66,6 +68,11 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
                 f"<NUM> and a value), got {type(self.tokenizer).__name__}: load it with "
                 "NumericTokenizer.from_pretrained(folder) or AutoTokenizer (with causal_qwen imported)"
             )
+
+    def __call__(self, text_inputs, **kwargs):
+        """The base pipeline's call; the sequences it writes are counted from 0 for their seeds (`_forward`)."""
+        self._sequences_written = 0
+        return super().__call__(text_inputs, **kwargs)
 
     def check_model_type(self, supported_models) -> None:
         """A CausalQwen model only (the base class checks transformers' own list, which holds no custom model)."""
@@ -130,6 +137,7 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
         ids, mask, values = (None if t is None else t.repeat_interleave(copies, dim=0)
                              for t in (input_ids, attention_mask, numeric_values))  # (B·N,P)
         strings = [row for row in strings for _ in range(copies)]
+        generate_kwargs = self._seeded_from_the_call(generate_kwargs, rows * copies)
         output = self.model.generate(input_ids=ids, attention_mask=mask, numeric_values=values, streamer=streamer,
                                      return_dict_in_generate=True, **generate_kwargs)
         prompts = self.tokenizer.batch_decode(ids, values, mask, numeric_strings=strings)  # what the model read
@@ -143,6 +151,18 @@ class CausalTextGenerationPipeline(TextGenerationPipeline):
             "prompt_text": prompt_text,
             "results": grouped if batched else grouped[0],
         }
+
+    def _seeded_from_the_call(self, generate_kwargs: dict, sequences: int) -> dict:
+        """``generate_kwargs`` with causal mode's ``seed`` moved on by the sequences this call wrote in earlier
+        batches, so that this batch's row ``i`` draws from ``seed + written + i`` (`generation.row_seed`); and
+        those counted."""
+        written = getattr(self, "_sequences_written", 0)
+        self._sequences_written = written + sequences
+        seed = generate_kwargs.get("seed")
+        if seed is None or not written or generate_kwargs.get("mode") != "causal":
+            return generate_kwargs
+        check_seed(seed)
+        return {**generate_kwargs, "seed": row_seed(seed, written)}
 
     def _take_copies(self, generate_kwargs: dict) -> int:
         """``num_return_sequences`` taken out of ``generate_kwargs`` (the rows are repeated instead)."""
