@@ -109,7 +109,8 @@ def earlier_values(batches, num_id: int) -> Tensor:
     from causal_qwen.core.heads import EarlierNumbers
     from causal_qwen.core.losses import shift_targets
 
-    reader = EarlierNumbers(PRIOR_NUMBERS, target=1)  # its values only; the target plays no part in them
+    # its values only: the target plays no part in them, and with no row break marked a document is one row
+    reader = EarlierNumbers(PRIOR_NUMBERS, target=1, vocab_size=1)
     rows = []
     for batch in batches:
         ids, numbers, mask = batch["input_ids"], batch["numeric_values"], batch.get("attention_mask")

@@ -11,7 +11,7 @@ import torch
 
 from causal_qwen import from_qwen
 
-from .conftest import SMALL_NUM_ID, byte_level_tokenizer, small_qwen
+from .conftest import SMALL_NUM_ID, byte_level_tokenizer, load_benchmark, small_qwen
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,7 +46,7 @@ def test_the_values_are_the_rows_last_numbers_latest_first_and_the_term_applies_
     num = 1
     ids = torch.tensor([[0, 1, 0, 1, 0, 1, 0], [1, 0, 0, 0, 0, 0, 0]])  # row 0 reads 5, 7, 9; row 1 one number
     values = torch.tensor([[0, 5, 0, 7, 0, 9, 0], [4, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)
-    earlier = EarlierNumbers(3, target=2)
+    earlier = EarlierNumbers(3, target=2, vocab_size=2)
     before, read = earlier.values(ids, values, num)
     assert before.shape == (2, 7, 3) and read[0].tolist() == [0, 1, 1, 2, 2, 3, 3]
     assert before[0, 0].tolist() == [0, 0, 0] and before[0, 2].tolist() == [5, 0, 0]
@@ -59,6 +59,47 @@ def test_the_values_are_the_rows_last_numbers_latest_first_and_the_term_applies_
     assert term.shape == (2, 7, 2)
     assert term[0, :, 0].tolist() == [0, 0, 0, 57, 57, 0, 0] and term[1, :, 0].tolist() == [0] * 7
     assert term[0, :, 1].tolist() == [1, 1, 1, 0.25, 0.25, 1, 1] and term[1, :, 1].tolist() == [1] * 7
+
+
+def test_a_marked_row_break_starts_a_row_whose_target_reads_its_own_numbers():
+    """Token 2 ends a row: after it the count starts again, the values of the row before are not read, and the
+    term applies where the new row's number k comes next, as in a text of that row alone."""
+    from causal_qwen.core.heads import EarlierNumbers
+
+    num, line_break = 1, 2
+    ids = torch.tensor([[0, 1, 0, 1, 0, 1, line_break, 0, 1, 0, 1, 0]])  # reads 5, 7, 9 ⏎ 3, 4
+    values = torch.tensor([[0, 5, 0, 7, 0, 9, 0, 0, 3, 0, 4, 0]], dtype=torch.float64)
+    earlier = EarlierNumbers(3, target=2, vocab_size=3)
+    earlier.weight.copy_(torch.tensor([1.0, 10.0, 100.0]))
+    as_one_row = earlier(ids, values, num)[0, :, 0].tolist()
+    assert as_one_row == [0, 0, 0, 57, 57, 0, 0, 0, 0, 0, 0, 0]  # no mark: one row, read 4 and 5 numbers at the end
+    earlier.mark_row_breaks([line_break])
+    before, read = earlier.values(ids, values, num)
+    assert read[0].tolist() == [0, 1, 1, 2, 2, 3, 0, 0, 1, 1, 2, 2]
+    assert before[0, 11].tolist() == [4, 3, 0]  # the row's own numbers; 9 and 7 belong to the row before
+    term = earlier(ids, values, num)[0, :, 0].tolist()
+    assert term == [0, 0, 0, 57, 57, 0, 0, 0, 0, 0, 34, 34]
+    alone = earlier(ids[:, 7:], values[:, 7:], num)[0, :, 0].tolist()
+    assert term[7:] == alone
+
+
+def test_rows_end_at_line_breaks_unless_a_training_row_holds_one(tokenizer):
+    """Training marks the tokenizer's line-break tokens as row ends when its rows are one line each (a line break
+    after a row's last number aside); a row whose numbers go on after a line break leaves a text one row."""
+    from causal_qwen.training.collator import TokenizedDataset
+    from causal_qwen.training.readout_steps import row_break_ids
+
+    def rows(*texts: str) -> TokenizedDataset:
+        encoded = tokenizer(list(texts))
+        return TokenizedDataset([{"input_ids": ids.tolist() + [tokenizer.eos_token_id], "numeric_values": values}
+                                 for ids, values in zip(encoded["input_ids"], encoded["numeric_values"])])
+
+    breaks = tokenizer.line_break_ids()
+    newline, = tokenizer.encode("\n", add_special_tokens=False)
+    assert newline in breaks and tokenizer.num_token_id not in breaks
+    assert all(token not in breaks for token in tokenizer.encode("a 1, b 2: total 3.", add_special_tokens=False))
+    assert row_break_ids(tokenizer, rows("a 1, b 2, total 3.", "a 2, b 2, total 4.\n")) == breaks
+    assert row_break_ids(tokenizer, rows("a 1, b 2, total 3.", "a 2,\nb 2, total 4.")) == []
 
 
 def test_forward_adds_the_term_to_loc_Y_scales_the_width_there_and_the_loss_reads_both(converted):
@@ -152,6 +193,7 @@ def test_a_saved_model_keeps_its_earlier_numbers_in_float32(converted, tmp_path)
     model, tokenizer = converted
     reading = with_earlier_numbers(model, [0.125, -3.0], target=2)
     reading.action.earlier_numbers.width.fill_(0.375)
+    reading.action.earlier_numbers.mark_row_breaks([3, 7])
     reading.save_pretrained(tmp_path / "saved")
     loaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16)
     assert loaded.config.earlier_numbers == 2 and loaded.config.earlier_numbers_target == 2
@@ -159,16 +201,20 @@ def test_a_saved_model_keeps_its_earlier_numbers_in_float32(converted, tmp_path)
     assert loaded.action.earlier_numbers.weight.tolist() == [0.125, -3.0]
     assert loaded.action.earlier_numbers.width.dtype == torch.float32
     assert float(loaded.action.earlier_numbers.width) == 0.375
+    assert loaded.action.earlier_numbers.row_break.dtype == torch.float32
+    assert loaded.action.earlier_numbers.row_break.nonzero().flatten().tolist() == [3, 7]
 
-    # a folder saved before the width existed loads with c_e = 1, the widths it was saved with
+    # a folder saved before the width and the row breaks existed loads with c_e = 1, the widths it was saved with,
+    # and reads a text as one row
     from safetensors.torch import load_file, save_file
 
     weights_file = tmp_path / "saved" / "model.safetensors"
     tensors = load_file(weights_file)
-    del tensors["action.earlier_numbers.width"]
+    del tensors["action.earlier_numbers.width"], tensors["action.earlier_numbers.row_break"]
     save_file(tensors, weights_file, metadata={"format": "pt"})
     older = CausalQwenForCausalLM.from_pretrained(tmp_path / "saved")
     assert float(older.action.earlier_numbers.width) == 1.0
+    assert not bool(older.action.earlier_numbers.row_break.any())
     assert older.action.earlier_numbers.weight.tolist() == [0.125, -3.0]
     with pytest.raises(ValueError, match="earlier_numbers_target must be >= 1"):
         reading.set_earlier_numbers(2, 0)
@@ -301,12 +347,27 @@ def test_a_four_key_config_reads_the_earlier_numbers_that_make_its_target_and_a_
     with torch.no_grad():
         forecast = float(saved(input_ids=batch["input_ids"], numeric_values=batch["numeric_values"]).loc_Y[0, -1])
     assert forecast == pytest.approx(115.0, abs=3.0)
+    # a line break ends a row: after a whole row, the next line's total reads that line's a and b
+    assert saved.action.earlier_numbers.row_break.nonzero().flatten().tolist() == tokenizer.line_break_ids()
+    two_rows = tokenizer(["On 2020-05-01: a 20.0, b 1.0, total 59.0.\nOn 2020-05-02: a 40.0, b 5.0, total",
+                          "On 2020-05-02: a 40.0, b 5.0, total"], return_tensors="pt", padding=True)
+    term = saved.earlier_numbers_term(two_rows["input_ids"], two_rows["numeric_values"])
+    ends = two_rows["attention_mask"].sum(dim=1) - 1
+    assert term[0, ends[0]].tolist() == term[1, ends[1]].tolist()
+    assert float(term[0, ends[0], 0]) != 0.0
+    # benchmarks/rows_in_a_prompt.py on the run: the held-out rows after the row before them, marked and cleared
+    rows_in_a_prompt = load_benchmark("rows_in_a_prompt.py", "rows_in_a_prompt_benchmark")
+    figures = rows_in_a_prompt.measure(result.final_dir, rows_before=2)
+    assert figures["rows"] == 120 - 84 and figures["marked_row_breaks"] == len(tokenizer.line_break_ids())
+    assert figures["after_rows"] < 3.0 < figures["after_rows_unmarked"]  # reads a and b only where rows are marked
+    assert rows_in_a_prompt.main(["--model", str(tmp_path / "noise_run_missing")]) == 2
 
     resumed = load_train_config(sum_config(tmp_path, "sums", rows),
                                 [f"output_dir={tmp_path / 'run'}", *settings, "max_steps=3"])
     again = run_training(resumed, resume=True)
     assert again.global_step == 3 and again.warm_start.earlier_numbers == 3  # the start's report, read back
-    assert CausalQwenForCausalLM.from_pretrained(again.final_dir).config.earlier_numbers == 3
+    reloaded = CausalQwenForCausalLM.from_pretrained(again.final_dir)
+    assert reloaded.config.earlier_numbers == 3 and bool(reloaded.action.earlier_numbers.row_break.any())
 
     noise = (torch.randn(120, generator=generator) * 5 + 50).tolist()
     rows = [f"{day},{x:.1f},{y:.1f},{z:.1f}" for day, x, y, z in zip(days, a, b, noise)]

@@ -16,6 +16,8 @@ Shape legend: B batch, S sequence, H hidden size, C causal size, V vocabulary ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -148,37 +150,52 @@ class EarlierNumbers(nn.Module):
         w_e · e,    e = (v_{k−1}, v_{k−2}, …, v_{k−K})   the values of the last ``K`` numbers read (numbers
                                                         counted from 0, the latest first, 0 for v_j with j < 0),
 
-    and elsewhere nothing. A frozen base reads a number only through ``φ(v)``, a row it never trained, so a linear
-    read-out of its features all but loses the exact values of a sentence's other numbers; this term reads them
-    as they are. There, too, ``scale_Y`` is multiplied by ``c_e`` (``width``, 1 until training sets it): the widths
+    and elsewhere nothing. A row starts where the text starts and after every token marked 1 in ``row_break`` (V,)
+    (training marks the tokens that hold a line break, when no training row holds one: a text of several rows,
+    one a line, then reads each row's own numbers); none marked, the text is one row. A frozen base reads a
+    number only through ``φ(v)``, a row it never trained, so a linear read-out of its features all but loses the
+    exact values of a sentence's other numbers; this term reads them as they are. There, too, ``scale_Y`` is multiplied by ``c_e`` (``width``, 1 until training sets it): the widths
     are shared by every number of a sentence, while the read-out with the values can be far sharper at its target
     (`causal_qwen.training.interval_check.set_earlier_width`). ``w_e`` (K,) and ``c_e`` () are buffers set by the
     closed-form fits of training (`causal_qwen.training.warm_start`), never by gradients: the values come in their
     own units (thousands of payrolls, fractions of a dollar), where an optimizer's step would not be the same size
     for any two tables."""
 
-    def __init__(self, count: int, target: int) -> None:
+    def __init__(self, count: int, target: int, vocab_size: int) -> None:
         super().__init__()
         self.target = target
         self.register_buffer("weight", torch.zeros(count, dtype=torch.float32))  # (K,) w_e
         self.register_buffer("width", torch.ones((), dtype=torch.float32))  # () c_e
+        self.register_buffer("row_break", torch.zeros(vocab_size, dtype=torch.float32))  # (V,) 1: ends a row
 
     def reset_parameters(self) -> None:
-        """``w_e = 0``, ``c_e = 1``: the design's read-out until a fit sets them (and a folder saved before ``c_e``
-        existed loads with its widths as saved; Hugging Face's loading leaves the buffers it read alone)."""
+        """``w_e = 0``, ``c_e = 1``, no row breaks: the design's read-out until a fit sets them (and a folder saved
+        before ``c_e`` or ``row_break`` existed loads with its widths as saved and reads a text as one row;
+        Hugging Face's loading leaves the buffers it read alone)."""
         init.zeros_(self.weight)
         init.ones_(self.width)
+        init.zeros_(self.row_break)
+
+    def mark_row_breaks(self, token_ids: Sequence[int]) -> None:
+        """Make ``token_ids`` (and only them) end a row."""
+        self.row_break.zero_()
+        if len(token_ids):
+            self.row_break[torch.as_tensor(list(token_ids), dtype=torch.long, device=self.row_break.device)] = 1.0
 
     def values(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> tuple[Tensor, Tensor]:
         """``(e (B,S,K) float64, read (B,S) long)``: at each position the values of the row's last ``K`` numbers at
         or before it, the latest first (0 where the row has read fewer), and how many numbers the row has read."""
         is_number = input_ids == num_token_id  # (B,S)
-        read = is_number.long().cumsum(dim=1)  # (B,S); the n-th number's value goes to column n, column 0 is "none"
-        columns = int(read.max()) + 1 if read.numel() else 1
+        counted = is_number.long().cumsum(dim=1)  # (B,S) since the text's start; the n-th number's value: column n
+        ends_row = self.row_break[input_ids.clamp(0, self.row_break.numel() - 1)] > 0  # (B,S)
+        before_row = torch.where(ends_row, counted, 0).cummax(dim=1).values  # (B,S) numbers of the earlier rows
+        read = counted - before_row  # (B,S) numbers this row has read
+        columns = int(counted.max()) + 1 if counted.numel() else 1
         by_ordinal = torch.zeros(input_ids.shape[0], columns, dtype=torch.float64, device=input_ids.device)
         if numeric_values is not None:
-            by_ordinal.scatter_(1, read * is_number, numeric_values.double() * is_number)  # others write 0 to column 0
-        earlier = [by_ordinal.gather(1, (read - back).clamp_min(0)) for back in range(self.weight.numel())]  # K × (B,S)
+            by_ordinal.scatter_(1, counted * is_number, numeric_values.double() * is_number)  # others: column 0
+        earlier = [torch.where(read > back, by_ordinal.gather(1, (counted - back).clamp_min(0)), 0.0)
+                   for back in range(self.weight.numel())]  # K × (B,S), 0 before the row's first number
         return torch.stack(earlier, dim=-1), read
 
     def forward(self, input_ids: Tensor, numeric_values: Tensor | None, num_token_id: int) -> Tensor:
@@ -210,7 +227,7 @@ class ActionNetwork(nn.Module):
         self.b_noise = nn.Parameter(torch.zeros(causal_size))  # (C,)
         self.token_noise = nn.Parameter(torch.zeros(()))  # () γ_S = |token_noise|
         self.number_noise = NumberNoise(causal_size) if number_noise else None
-        self.earlier_numbers = EarlierNumbers(*earlier_numbers) if earlier_numbers else None
+        self.earlier_numbers = EarlierNumbers(*earlier_numbers, vocab_size) if earlier_numbers else None
 
     def reset_parameters(
         self, noise_init: float, noise_mode: str, generator: torch.Generator | None = None, token_noise_init: float = 0.0

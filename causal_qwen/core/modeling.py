@@ -21,6 +21,7 @@ import contextlib
 import copy
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -372,15 +373,17 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         )
         return backbone_out.last_hidden_state, output, numeric_values
 
-    def set_earlier_numbers(self, count: int, target: int = 0) -> None:
+    def set_earlier_numbers(self, count: int, target: int = 0, row_breaks: Sequence[int] = ()) -> None:
         """Read the values of each row's last ``count`` numbers where its number ``target`` (from 0) comes next
         (`heads.EarlierNumbers`, with ``w_e = 0`` until a fit sets it), or none (``count = 0``, the design's
-        read-out); the config says so, and saved folders load with it."""
+        read-out); the config says so, and saved folders load with it. ``row_breaks``: the token ids after which
+        a new row starts (none: a text is one row)."""
         self.config.earlier_numbers, self.config.earlier_numbers_target = count, target if count else 0
         self.config._check_causal_settings()
         if count:
             device = self.action.regression_head.weight.device
-            self.action.earlier_numbers = EarlierNumbers(count, target).to(device)
+            self.action.earlier_numbers = EarlierNumbers(count, target, self.config.vocab_size).to(device)
+            self.action.earlier_numbers.mark_row_breaks(row_breaks)
         else:
             self.action.earlier_numbers = None
 

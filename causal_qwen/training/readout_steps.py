@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,13 +154,34 @@ def common_target_ordinal(ordinals: list[int] | None) -> int | None:
     return ordinals[0]
 
 
-def offer_earlier_numbers(model, count: int, ordinals: list[int] | None) -> None:
-    """Give the model `heads.EarlierNumbers` (``w_e = 0``) for the warm start to weigh (`warm_start.keeps_earlier`)
-    when ``count`` > 0 and every document's target is the same number ``k ≥ 1`` (`common_target_ordinal`);
-    otherwise the read-out reads none."""
+def row_break_ids(tokenizer, dataset: Dataset) -> list[int]:
+    """The tokens that end a row of the earlier numbers: those holding a line break
+    (`NumericTokenizer.line_break_ids`), so that a text of several rows, one a line, reads each row's own numbers;
+    none when a training document holds one before its last number (a document of several lines is then one row,
+    and so is any text)."""
+    breaks = getattr(tokenizer, "line_break_ids", None)
+    num_id = getattr(tokenizer, "num_token_id", None)
+    if breaks is None or num_id is None:
+        return []
+    breaks = breaks()
+    marked = set(breaks)
+    for index in range(len(dataset)):
+        ids = dataset[index]["input_ids"]  # (S,) a list or a tensor
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        last_number = max((position for position, token in enumerate(ids) if token == num_id), default=0)
+        if marked.intersection(ids[:last_number]):
+            logger.info("earlier numbers: training row %d holds a line break, so a text is read as one row", index)
+            return []
+    return breaks
+
+
+def offer_earlier_numbers(model, count: int, ordinals: list[int] | None, row_breaks: Sequence[int] = ()) -> None:
+    """Give the model `heads.EarlierNumbers` (``w_e = 0``, a row ending after each of ``row_breaks``,
+    `row_break_ids`) for the warm start to weigh (`warm_start.keeps_earlier`) when ``count`` > 0 and every
+    document's target is the same number ``k ≥ 1`` (`common_target_ordinal`); otherwise the read-out reads none."""
     target = common_target_ordinal(ordinals)
     if count and target is not None:
-        model.set_earlier_numbers(count, target)
+        model.set_earlier_numbers(count, target, row_breaks)
     else:
         logger.info("earlier numbers: not offered (earlier_numbers %s, the targets' ordinals %s)", count,
                     sorted(set(ordinals)) if ordinals else None)

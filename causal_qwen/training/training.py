@@ -80,6 +80,7 @@ from .readout_steps import (
     run_interval_floor,
     run_location_check,
     run_regression_refit,
+    row_break_ids,
     save_warm_start,
     target_ordinals,
     tell,
@@ -694,9 +695,10 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
     fresh_start = plan.checkpoint is None and plan.final_from is None  # a resumed run has its heads
     ordinals = target_ordinals(train_dataset, train_docs)
+    row_breaks = row_break_ids(tokenizer, train_dataset) if config.earlier_numbers else []
     if fresh_start:
         if config.regression_warm_start:
-            offer_earlier_numbers(model, config.earlier_numbers, ordinals)
+            offer_earlier_numbers(model, config.earlier_numbers, ordinals, row_breaks)
         warm = warm_start(model, train_dataset, NumericCollator(pad_token_id=pad_id),
                           config.eval_batch_size or config.batch_size,
                           regression_ridge=config.regression_warm_start or None,  # false: off
@@ -706,7 +708,7 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
     else:  # the heads come from the checkpoint; the read-out reads the earlier numbers the start kept
         warm = load_warm_start(Path(config.output_dir))
         if warm is not None and warm.earlier_numbers:
-            model.set_earlier_numbers(warm.earlier_numbers, common_target_ordinal(ordinals))
+            model.set_earlier_numbers(warm.earlier_numbers, common_target_ordinal(ordinals), row_breaks)
     trained: nn.Module = apply_lora(model, config) if config.lora else model
     if config.freeze_decision_scale:  # after LoRA: peft's trainable copies of the heads must be frozen too
         logger.info("froze the decision scale (%d tensors: W_scale, b_scale, b_noise, token noise)", freeze_decision_scale(trained))
