@@ -134,6 +134,27 @@ def test_forward_adds_the_term_to_loc_Y_scales_the_width_there_and_the_loss_read
     torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_predict_names_the_earlier_numbers_its_forecast_reads(converted):
+    """`predict_next`'s number forecast lists the row's values the read-out added (latest first) where the row's
+    target comes next, after a row on the line above too, and nothing elsewhere; ``causal-qwen predict`` prints
+    them."""
+    from causal_qwen.commands.predict import format_view
+    from causal_qwen.evaluation.predict import predict_next
+
+    model, tokenizer = converted
+    reading = with_earlier_numbers(model, [0.5, 0.25, 2.0], target=3)
+    reading.action.earlier_numbers.mark_row_breaks(tokenizer.line_break_ids())
+    row = "open 100, high 105, low 99, close"
+    view = predict_next(reading, tokenizer, row)
+    assert view.number.earlier_numbers == [99.0, 105.0, 100.0]
+    assert "the forecast reads the row's earlier numbers, latest first: 99, 105, 100" in format_view(view)
+    after_a_row = predict_next(reading, tokenizer, "open 1, high 2, low 0.5, close 1.5.\n" + row)
+    assert after_a_row.number.earlier_numbers == [99.0, 105.0, 100.0]
+    assert predict_next(reading, tokenizer, "open 100, high 105, close").number.earlier_numbers == []
+    plain = predict_next(model, tokenizer, row)
+    assert plain.number.earlier_numbers == [] and "earlier numbers" not in format_view(plain)
+
+
 def test_generation_with_a_cache_reads_the_earlier_numbers_as_a_whole_row_forward(converted):
     """Standard mode made to write ``<NUM>`` at every step: each new number's value is ``loc_Y`` with the term of
     the numbers before it, the generated ones included; the numbers written equal a whole-row forward's ``loc_Y``."""

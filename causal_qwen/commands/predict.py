@@ -62,6 +62,9 @@ def format_view(view) -> str:
         f"written as {n.text} (median {n.median:.6g}, scale {n.scale:.4g}), "
         f"50% {format_interval(n.interval_50, n.text)}, 90% {format_interval(n.interval_90, n.text)}"
     )
+    if n.earlier_numbers:
+        lines.append("(the forecast reads the row's earlier numbers, latest first: "
+                     f"{', '.join(f'{value:g}' for value in n.earlier_numbers)})")
     lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}; "
                  f"sum of P_ovr over the vocabulary {view.probability_sum:.4g}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ import logging
 import math
 import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,7 +49,9 @@ class TokenCandidate:
 @dataclass
 class NumberForecast:
     """The ``<NUM>`` decision and, should a number come next, its Cauchy median and central intervals; ``text``:
-    the median as generation would write it, to the precision its scale carries (`numbers.format_prediction`)."""
+    the median as generation would write it, to the precision its scale carries (`numbers.format_prediction`);
+    ``earlier_numbers``: the values of the row's numbers the read-out added, latest first (`heads.EarlierNumbers`:
+    where the row's target comes next, for a model that reads them), else empty."""
 
     token_id: int
     ovr_probability: float
@@ -61,6 +63,7 @@ class NumberForecast:
     interval_90: tuple[float, float]
     text: str = ""
     after: str = ""
+    earlier_numbers: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -150,6 +153,7 @@ def next_step_view(
         interval_50=intervals[0.5],
         interval_90=intervals[0.9],
         text=format_prediction(loc_Y, scale_Y, min_decimals=min_decimals) if math.isfinite(loc_Y) else str(loc_Y),
+        earlier_numbers=earlier_numbers_read(model, input_ids, numeric_values),
     )
     return NextStepView(
         text=text,
@@ -160,6 +164,20 @@ def next_step_view(
         traditional_choice=int(softmax.argmax()),
         probability_sum=float(probability.double().sum()),
     )
+
+
+def earlier_numbers_read(model, input_ids: Tensor, numeric_values: Tensor | None) -> list[float]:
+    """The values the read-out adds at the last position of ``input_ids`` (1,P), latest first: the row's last
+    ``K`` numbers where its target comes next (`heads.EarlierNumbers`); empty elsewhere or for a model without
+    them."""
+    earlier = model.action.earlier_numbers
+    if earlier is None:
+        return []
+    with torch.inference_mode():
+        values, read = earlier.values(input_ids, numeric_values, int(model.config.num_token_id))  # (1,P,K), (1,P)
+    if int(read[0, -1]) != earlier.target:
+        return []
+    return values[0, -1, :earlier.target].tolist()  # a row before its number k has read k of them
 
 
 _WRITTEN_WITHOUT_SPACES = ("CJK ", "IDEOGRAPHIC ", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "BOPOMOFO", "YI ",
