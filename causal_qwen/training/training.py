@@ -695,7 +695,8 @@ def _train(config: TrainConfig, plan: RunPlan, callbacks: Sequence[TrainerCallba
         train_dataset, eval_dataset = cached_datasets(model, config, train_dataset, eval_dataset, pad_id, report)
     fresh_start = plan.checkpoint is None and plan.final_from is None  # a resumed run has its heads
     ordinals = target_ordinals(train_dataset, train_docs)
-    row_breaks = row_break_ids(tokenizer, train_dataset) if config.earlier_numbers else []
+    offered = config.earlier_numbers and common_target_ordinal(ordinals) is not None  # a table's target, k ≥ 1
+    row_breaks = row_break_ids(tokenizer, train_dataset) if offered else []
     if fresh_start:
         if config.regression_warm_start:
             offer_earlier_numbers(model, config.earlier_numbers, ordinals, row_breaks)
