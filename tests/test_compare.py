@@ -112,10 +112,12 @@ def test_compare_cli_json(untied_cli_run):
 
 def test_convert_cli_writes_loadable_folder(tmp_path):
     out = tmp_path / "converted"
-    assert main(["convert", "--base", "random:tiny", "--out", str(out)]) == 0
+    assert main(["convert", "--base", "random:tiny", "--out", str(out), "--decimal-comma"]) == 0
     model = CausalQwenForCausalLM.from_pretrained(out)
     assert model.config.num_token_id == 151665
-    assert NumericTokenizer.from_pretrained(str(out)).num_token_id == 151665
+    tokenizer = NumericTokenizer.from_pretrained(str(out))
+    assert tokenizer.num_token_id == 151665 and tokenizer.decimal_comma  # German text: 3,5 and 1.234,5
+    assert [span.value for span in tokenizer.find_numbers("3,5 Grad, 1.234,5 Euro")] == [3.5, 1234.5]
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no staging folder left behind"
     plain = tmp_path / "made_by_mkdir"
     plain.mkdir()

@@ -541,3 +541,20 @@ def test_a_bang_in_a_template_field_name_is_explained():
     with pytest.raises(ValueError, match=r"template 'On \{date\}: \{Price!\}\.' is not a valid format string: "
                                          r".*; a '!' in a field name starts a conversion \(!r, !s, !a\): rename"):
         template_fields("On {date}: {Price!}.")
+
+
+def test_a_tokenizer_that_reads_the_target_otherwise_is_named(tokenizer):
+    """`tokenize_documents` checks that the tokenizer reads each target as the data did: a tokenizer saved with
+    decimal commas (``convert --decimal-comma``) reads a table's ``14.3`` as text, and training says why."""
+    from causal_qwen.core.tokenizer import NumericTokenizer
+
+    row = Document("alcohol 14.3 percent, ash 2.72.", "wine.csv", 17, target_ordinal=0, target_value=14.3)
+    [example] = tokenize_documents([row], tokenizer, max_length=32)  # the default grammar: read as the data reads it
+    assert 14.3 in example["numeric_values"]
+    german = NumericTokenizer.default(decimal_comma=True)
+    with pytest.raises(ValueError, match=r"wine.csv: row 17: the tokenizer does not read the target as the data "
+                                         r"does: it reads 0 numbers, not 14.3, .*converted without --decimal-comma"):
+        tokenize_documents([row], german, max_length=32)
+    misread = Document("alcohol 14.3 percent.", "wine.csv", 18, target_ordinal=0, target_value=14.0)
+    with pytest.raises(ValueError, match=r"row 18: .*its number 0 is 14.3, not 14.0"):
+        tokenize_documents([misread], tokenizer, max_length=32)

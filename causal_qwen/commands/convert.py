@@ -24,6 +24,9 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, help="output folder (created; must be empty or absent)")
     parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --base (a folder or hub id)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversion's random draws (default 0)")
+    parser.add_argument("--decimal-comma", action="store_true",
+                        help="the saved tokenizer reads ',' as the decimal point and '.' as the thousands separator "
+                        "(German, French, ... text: '3,5' is 3.5, '1.234,5' is 1234.5; docs/number_grammar.md)")
     add_device_arguments(parser)  # the base is loaded, converted, calibrated and saved in --dtype, on --device
     parser.set_defaults(func=run)
 
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {str(out)!r} cannot be created: a parent of it is a file")
     device, dtype = placement(args)
     model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, device=device, dtype=dtype, seed=args.seed)
+    tokenizer.decimal_comma = args.decimal_comma  # saved with the tokenizer: generate, predict and eval read so
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

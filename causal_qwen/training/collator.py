@@ -75,6 +75,8 @@ def tokenize_documents(
                 )
             longest = max(longest, len(ids))
             ordinal = getattr(doc, "target_ordinal", None)
+            if ordinal is not None and num_id is not None:
+                _check_target_read(doc, ids, values, num_id, tokenizer)
             if len(ids) > budget:
                 if ordinal is not None and num_id is not None:
                     targets_cut += ids[:budget].count(num_id) <= ordinal
@@ -98,6 +100,23 @@ def tokenize_documents(
     if not examples:
         raise ValueError("the dataset is empty after tokenization (every document has fewer than 2 tokens)")
     return TokenizedDataset(examples)
+
+
+def _check_target_read(doc: Document, ids: list[int], values: list[float], num_id: int, tokenizer: Any) -> None:
+    """``ValueError`` unless the tokenizer reads the document's target as the data did: its number
+    ``target_ordinal`` (from 0) with the value ``target_value``. The data reads the text by the number grammar's
+    default mode; a tokenizer that reads decimal commas (``causal-qwen convert --decimal-comma``) reads ``14.23``
+    as text."""
+    read = [value for token, value in zip(ids, values) if token == num_id]
+    ordinal, expected = doc.target_ordinal, getattr(doc, "target_value", None)
+    if ordinal < len(read) and (expected is None or read[ordinal] == expected):
+        return
+    found = f"its number {ordinal} is {read[ordinal]!r}" if ordinal < len(read) else f"it reads {len(read)} numbers"
+    why = (" (this tokenizer reads ',' as the decimal point and '.' as the thousands separator, and table cells are "
+           "read with decimal points: train on a model converted without --decimal-comma)"
+           if getattr(tokenizer, "decimal_comma", False) else "")
+    raise ValueError(f"{doc.source}: row {doc.row}: the tokenizer does not read the target as the data does: "
+                     f"{found}, not {expected!r}, in {doc.text!r}{why}")
 
 
 def _as_list(values: Any) -> list:
