@@ -531,3 +531,54 @@ def test_fast_paths_agree_with_the_general_reader(monkeypatch, text):
         patch.setattr(numbers, "_SIMPLE_LIST_RE", never)
         general = find_numbers(text)
     assert fast == general
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs a fuzzing pass found misread (2026-12-07)
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, value", [("Preis 1.234,56 EUR", 1234.56), ("Preis $1,234", 1.234), ("kostet 3,50 €", 3.5)])
+def test_a_decimal_comma_tokenizer_writes_values_it_reads_back(german, text, value):
+    """Decoded from the values alone, a number is written with the tokenizer's decimal point, so that the same
+    tokenizer reads the same value back (a '.' would be text, or a thousands separator: 1.234 read as 1234)."""
+    encoding = german(text)
+    written = german.decode(encoding["input_ids"][0], numeric_values=encoding["numeric_values"][0])
+    assert [number.value for number in german.find_numbers(written)] == [value]
+
+
+def test_a_number_a_decimal_comma_model_writes_is_written_with_a_comma(german):
+    ids = german("Temperatur")["input_ids"][0].tolist() + [NUM_ID] + german(" Grad")["input_ids"][0].tolist()
+    values = [0.0] * len(ids)
+    values[ids.index(NUM_ID)] = 6.479
+    scales = [float("nan")] * len(ids)
+    scales[ids.index(NUM_ID)] = 1.5  # two significant digits of the half-width: 6.5
+    written = german.decode(ids, numeric_values=values, numeric_scales=scales)
+    assert "6,5" in written and [number.value for number in german.find_numbers(written)] == [6.5]
+
+
+@pytest.mark.parametrize("text", ["RAM 4294967296 bytes", "id 123412312", "2^40 is 1099511627776"])
+def test_integers_that_are_float32_values_decode_unchanged(numeric, text):
+    encoding = numeric(text)
+    assert numeric.decode(encoding["input_ids"][0], numeric_values=encoding["numeric_values"][0]) == text
+
+
+def test_an_exponent_too_long_for_python_int_is_no_crash(numeric):
+    padded = "x 1e" + "0" * 4300 + "1 and 5"  # 1e1
+    assert [number.value for number in find_numbers(padded)] == [10.0, 5.0]
+    huge = "x 1e" + "9" * 4400 + " and 5"  # beyond float32: text
+    assert [number.value for number in find_numbers(huge)] == [5.0]
+    assert numeric(huge)["numeric_values"][0].tolist().count(5.0) == 1
+
+
+@pytest.mark.parametrize("text", ["มี100คน", "ไม่เกิน50บาท", "តម្លៃ100", "ကျပ်100"])
+def test_a_word_of_a_spaceless_script_ending_in_a_mark_does_not_glue(text):
+    assert len(find_numbers(text)) == 1
+
+
+@pytest.mark.parametrize("before", ["＊", "／", "｜", "＂", "＇", "（"])
+def test_full_width_sign_contexts(before):
+    assert [number.value for number in find_numbers(before + "-5")] == [-5.0]
+
+
+@pytest.mark.parametrize("text", ["x 0." + "0" * 330 + "1", "x 0." + "0" * 330 + "1, 2"])
+def test_a_fraction_below_float64_is_never_read_as_zero(text):
+    assert 0.0 not in [number.value for number in find_numbers(text)]

@@ -105,7 +105,10 @@ MAX_INTEGER_DIGITS = 15
 MAX_LEADING_ZEROS = 6  # a prediction below 1e-6 is written with an exponent (4.9e-06), not as 0.0000049
 
 _SIGNS = "-\u2212"
-_SIGN_CONTEXT = frozenset("([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001")
+_SIGN_CONTEXT = frozenset(
+    "([{<>=:;,/*|\"'\uff08\uff3b\uff5b\uff1c\uff1e\uff1d\uff1a\uff1b\uff0c\u3001"
+    "\uff0f\uff0a\uff5c\uff02\uff07"  # full-width / * | " '
+)
 _SPACES = " \u00a0\u2009\u202f"
 _ALWAYS_POINTS = "\u066b\uff0e"  # Arabic decimal separator, full-width full stop
 _ALWAYS_GROUPS = "'\u2019\u066c" + _SPACES  # apostrophes, Arabic thousands separator, spaces
@@ -256,7 +259,7 @@ def _read_plain(text: str, start: int, end: int, group: str) -> NumberSpan | Non
     if _glued_right(text, end):
         return None
     value = float(group)
-    if not _fits_float32(value):
+    if not _fits_float32(value) or (value == 0.0 and group.strip("0.")):  # 0.000...1 underflows float64
         return None
     if sign:
         start -= 1
@@ -276,7 +279,7 @@ def _read_simple_list(text: str, start: int, end: int, group: str) -> list[Numbe
         begin, finish = position, position + len(part)
         position = finish + 1
         value = float(part)
-        if not _fits_float32(value):
+        if not _fits_float32(value) or (value == 0.0 and part.strip("0.")):  # 0.000...1 underflows float64
             continue
         if index == 0 and sign:
             begin -= 1
@@ -492,9 +495,17 @@ def _span(text: str, start: int, end: int, number: _Number, signed: bool) -> Num
     underflowed = value == 0.0 and _ascii_digits(number.integer + number.fraction).strip("0") != ""  # 1e-400
     if underflowed or not _fits_float32(value):
         return None
-    exponent = int(_ascii_digits(number.exponent[1:])) if number.exponent else 0
+    exponent = _exponent_value(_ascii_digits(number.exponent[1:])) if number.exponent else 0
     unit = 10.0 ** max(-320, min(300, exponent - len(number.fraction)))
     return NumberSpan(start, end, value, text[start:end], unit)
+
+
+def _exponent_value(written: str) -> int:
+    """``int(written)`` (``"+05"``, ``"-3"``) clamped to +-10**6: an exponent of more than 4300 digits (``0e000...1``)
+    is no error (Python refuses to convert so long a string to int)."""
+    digits = written.lstrip("+-").lstrip("0") or "0"
+    magnitude = int(digits) if len(digits) <= 7 else 10**6
+    return -min(magnitude, 10**6) if written.startswith("-") else min(magnitude, 10**6)
 
 
 def _fits_float32(value: float) -> bool:
@@ -522,7 +533,8 @@ def _is_glue(ch: str) -> bool:
         return ch.isalnum() or ch == "_"
     if ch.isalnum():
         return not unicodedata.name(ch, "").startswith(_SPACELESS_SCRIPTS)
-    return unicodedata.category(ch).startswith("M")
+    # a vowel sign or tone mark of Thai, Lao, Khmer, Myanmar, Tibetan ... belongs to a word of a spaceless script
+    return unicodedata.category(ch).startswith("M") and not unicodedata.name(ch, "").startswith(_SPACELESS_SCRIPTS)
 
 
 def decimals_written(texts: Sequence[str], decimal_comma: bool = False) -> int | None:
@@ -546,25 +558,32 @@ def decimals_written(texts: Sequence[str], decimal_comma: bool = False) -> int |
 # ---------------------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------------------
-def format_number(value: float) -> str:
+def format_number(value: float, decimal_comma: bool = False) -> str:
     """The canonical spelling of ``value``: the shortest decimal that reads back as the same number.
 
     A value that is exactly a float32 (as the model writes its numbers) gets the shortest spelling that
     rounds back to that float32 (``99.99``, ``0.33333334``); any other float the shortest that rounds back
     to the same float64 (``123456789``, ``3.14159265358979``). Positional for ``1e-5 <= |v| < 1e15``
     (integers without ``.0``), scientific otherwise (``1e+20``, ``1.5e-30``). ``-0.0`` is written ``0``;
-    non-finite values are written ``inf``, ``-inf``, ``nan`` (these are not read back as numbers).
+    non-finite values are written ``inf``, ``-inf``, ``nan`` (these are not read back as numbers). A float32 whose
+    float64 spelling has at most 15 significant digits (``4294967296``, as read from a text) is written so, not
+    rounded to its float32 spelling (``4294967300``). ``decimal_comma``: the decimal point is written ``,``
+    (``1234,56``), as a decimal-comma tokenizer reads it.
     """
+    spelled = _format_number(value)
+    return spelled.replace(".", ",") if decimal_comma else spelled
+
+
+def _format_number(value: float) -> str:
     value = float(value)
     if math.isnan(value) or math.isinf(value):
         return str(value)
     if value == 0.0:
         return "0"
-    if to_float32(value) == value:
+    spelled = repr(value)
+    digits = len(Decimal(spelled).normalize().as_tuple().digits)
+    if digits > MAX_INTEGER_DIGITS and to_float32(value) == value:  # a float32 (a number the model wrote)
         digits, spelled = _shortest_float32(value)
-    else:
-        spelled = repr(value)
-        digits = len(Decimal(spelled).normalize().as_tuple().digits)
     exponent = Decimal(spelled).adjusted()
     if -5 <= exponent < MAX_INTEGER_DIGITS:
         return format(Decimal(spelled).normalize(), "f")
@@ -663,7 +682,8 @@ def join_numbers(
     if strings is not None and len(strings) != len(values):
         raise ValueError(f"join_numbers got {len(strings)} strings for {len(values)} numbers")
     given = [bool(strings is not None and strings[index]) for index in range(len(values))]
-    spelled = [strings[index] if given[index] else format_number(value) for index, value in enumerate(values)]
+    spelled = [strings[index] if given[index] else format_number(value, decimal_comma)
+               for index, value in enumerate(values)]
     if all(given) and not separate_strings:
         return "".join(piece + number for piece, number in zip(pieces, spelled)) + pieces[-1]
     written = [pieces[0]]
