@@ -37,7 +37,11 @@ class OneLineErrors(argparse.ArgumentParser):
     def error(self, message: str):
         command = next((word for word in self.arguments if word in PROMPT_COMMANDS), None)
         hint = ""
-        if command is not None and any(_NEGATIVE_NUMBER.fullmatch(word) for word in self.arguments):
+        words = self.arguments
+        options = [word.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(word) for word in words]
+        loose = [word for index, word in enumerate(words)  # a negative number that is no option's value
+                 if _NEGATIVE_NUMBER.fullmatch(word) and not (index > 0 and options[index - 1])]
+        if command is not None and loose:
             hint = f"; a prompt that starts with '-' goes after '--' (causal-qwen {command} ... -- -3.5e2)"
         self.exit(2, f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
 

@@ -42,7 +42,7 @@ def tiny_pair():
 def untied_cli_run(tmp_path_factory) -> tuple[int, str, dict]:
     """``causal-qwen compare --base random:tiny-untied --json PATH``, run once: (exit status, printed text, JSON
     report). It is the untied preset's report and the command's own test (a comparison takes many seconds)."""
-    path = tmp_path_factory.mktemp("compare") / "report.json"
+    path = tmp_path_factory.mktemp("compare") / "new_folder" / "report.json"  # the folder is created
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         status = main(["compare", "--base", "random:tiny-untied", "--json", str(path)])
@@ -124,6 +124,15 @@ def test_convert_cli_writes_loadable_folder(tmp_path):
     assert out.stat().st_mode == plain.stat().st_mode, "the model folder has a plain folder's permissions, not 0700"
 
 
+def test_convert_into_the_empty_working_directory(tmp_path, monkeypatch):
+    """``--out .``: the folder stays (it is the working directory) and is filled."""
+    out = tmp_path / "here"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    assert main(["convert", "--base", "random:tiny", "--out", "."]) == 0
+    assert (out / "config.json").is_file() and [p.name for p in tmp_path.iterdir()] == ["here"]
+
+
 def test_cli_errors_name_the_problem(capsys, tmp_path):
     assert main(["compare", "--base", "random:nope"]) == 2
     assert "unknown preset" in capsys.readouterr().err
@@ -135,6 +144,15 @@ def test_cli_errors_name_the_problem(capsys, tmp_path):
     assert "is not a preset (random:tiny" in capsys.readouterr().err
     assert main(["convert", "--base", str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "z")]) == 2
     assert "GGUF file" in capsys.readouterr().err and not (tmp_path / "z").exists()
+    # --gguf-file: a name missing from the folder, or given beside a preset
+    assert main(["convert", "--base", str(tmp_path), "--gguf-file", "x.gguf", "--out", str(tmp_path / "z")]) == 2
+    assert "--gguf-file 'x.gguf' is not a file in" in capsys.readouterr().err
+    assert main(["convert", "--base", "random:tiny", "--gguf-file", "x.gguf", "--out", str(tmp_path / "z")]) == 2
+    assert "is a preset: leave --gguf-file out" in capsys.readouterr().err
+    # --model naming a file of the model folder, not the folder
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["generate", "--model", str(tmp_path / "config.json"), "hi"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
 
 
 def test_compare_refuses_a_json_path_it_cannot_write_before_any_work(tmp_path, capsys):

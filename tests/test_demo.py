@@ -25,7 +25,7 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
                   "[6/7] plots", "[7/7] generate", "training median", "linear regression", "interval shape"):
         assert stage in printed
 
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "report.json").read_text(), parse_constant=_no_constant)  # strict JSON: no NaN
     for key in ("num_mdae", "baseline_median_mdae", "baseline_linear_mdae", "coverage_50", "coverage_90",
                 "num_count", "calibration", "all_numbers", "language", "verification", "acceptance", "interval_shape",
                 "baseline_linear_interval_shape", "num_log_score", "num_scale_error_spearman",
@@ -58,6 +58,30 @@ def test_quick_demo_writes_report_and_plots(tmp_path, capsys):
         assert view["interval_50"][0] <= view["median"] <= view["interval_50"][1]
         assert f"{view['prompt']!r}: <NUM> P_ovr" in printed
     assert "sentences" not in report  # real sentences only on a real base
+
+
+def _no_constant(name: str):
+    raise AssertionError(f"the report holds {name}, which strict JSON does not allow")
+
+
+def test_the_output_folder_is_refused_when_it_holds_the_users_files(tmp_path):
+    """Only an empty folder, a new one or an earlier demo's is written into; from an earlier demo's, only the
+    demo's own files are removed."""
+    users = tmp_path / "mywork"
+    (users / "training").mkdir(parents=True)
+    (users / "training" / "notes.txt").write_text("keep")
+    (users / "holiday.png").write_bytes(b"png")
+    with pytest.raises(ValueError, match="is not empty and holds no earlier demo's output"):
+        demo.prepare_output(users)
+    assert (users / "training" / "notes.txt").read_text() == "keep" and (users / "holiday.png").exists()
+
+    out = demo.prepare_output(tmp_path / "new")  # a new folder, then the same folder after a run
+    (out / "training").mkdir()
+    (out / "calibration.png").write_bytes(b"old")
+    (out / "mine.txt").write_text("keep")
+    demo.prepare_output(out)
+    assert not (out / "training").exists() and not (out / "calibration.png").exists()
+    assert (out / "mine.txt").read_text() == "keep"
 
 
 def test_quick_demo_on_a_pretrained_base_writes_sentences_in_every_mode(tmp_path, capsys):

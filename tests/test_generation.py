@@ -861,3 +861,18 @@ def test_sampling_options_outside_traditional_mode_name_how_the_mode_decides():
     with pytest.raises(ValueError, match=r"top_p only applies to mode 'traditional' \(mode 'causal' decides by its "
                                          r"individuals; causal_temperature sets their spread\)"):
         GenerationOptions(mode="causal", top_p=0.9).check()
+
+
+def test_an_individual_file_that_cannot_be_read_is_named_with_what_is_wrong(tmp_path):
+    from causal_qwen.commands.generate import read_individual
+
+    with pytest.raises(ValueError, match="is a folder"):
+        read_individual(str(tmp_path))
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe[0.5]")
+    with pytest.raises(ValueError, match="binary.json' is not valid JSON"):
+        read_individual(str(binary))
+    words = tmp_path / "words.json"
+    words.write_text('[[0.5, "a"]]')
+    with pytest.raises(ValueError, match="individual 0 holds a value that is not a number"):
+        read_individual(str(words))

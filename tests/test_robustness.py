@@ -854,6 +854,9 @@ def test_a_prompt_read_as_an_option_is_explained_in_one_line(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "causal-qwen generate: error: the following arguments are required: PROMPT; a prompt that starts with '-' "
         "goes after '--' (causal-qwen generate ... -- -3.5e2) (--help lists the options)"]
+    with pytest.raises(SystemExit):  # a negative number given to an option is its value, not a prompt: no hint
+        cli_main(["generate", "--model", "no_such_model_folder", "--temperature", "-1", "--bogus", "a prompt"])
+    assert "goes after '--'" not in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["train", "config.yaml", "--bogus"])  # an unknown option elsewhere gets no prompt hint
     assert capsys.readouterr().err.splitlines() == [

@@ -344,3 +344,23 @@ def test_cli_individual_scope_outside_causal_mode_is_an_error(tmp_path, capsys):
 
     assert main(["generate", "--model", str(tmp_path / "no_model"), "--individual-scope", "sequence", "hi"]) == 2
     assert "--individual-scope and --causal-temperature apply to --mode causal only" in capsys.readouterr().err
+
+
+def test_a_decimal_comma_tokenizer_writes_and_reads_back_the_numbers_generated(tiny_model):
+    """With ``decimal_comma`` (``convert --decimal-comma``) a generated number is written ``6,5``, as the same
+    tokenizer reads it back (``6.5`` would be text to it), in the text, each number's own text and predict's line;
+    a stop string ``","`` does not cut a number written so."""
+    from causal_qwen.core.tokenizer import NumericTokenizer
+    from causal_qwen.evaluation.predict import predict_next
+
+    german = NumericTokenizer.default(decimal_comma=True)
+    with number_bias(tiny_model, 1e4):
+        results = assert_same_generation(tiny_model, german, ["Der Preis ist"], mode="standard", max_new_tokens=3,
+                                         stop_strings=[","])
+        forecast = predict_next(tiny_model, german, "Der Preis ist").number
+    written = [number.text for number in results[0].numbers]
+    assert written and all("." not in text for text in written) and any("," in text for text in written)
+    assert [number.value for number in german.find_numbers(results[0].text)] == [
+        float(text.replace(",", ".")) for text in written]
+    assert "." not in forecast.text and german.find_numbers(forecast.text)[0].value == pytest.approx(forecast.median,
+                                                                                                       rel=1e-3)

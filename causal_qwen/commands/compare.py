@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ..core.files import write_json_atomic
 from .eval import add_device_arguments, check_writable_file, placement
 
 
@@ -55,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(report.to_dict(), handle, indent=2)
+            write_json_atomic(args.json, report.to_dict())  # creates a new folder check_writable_file allowed
             print(f"\nJSON report written to {args.json}", file=sys.stderr)
     return 0 if report.passed else 1
 

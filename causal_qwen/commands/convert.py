@@ -44,15 +44,19 @@ def run(args: argparse.Namespace) -> int:
     device, dtype = placement(args)
     model, tokenizer = convert_base(args.base, gguf_file=args.gguf_file, device=device, dtype=dtype, seed=args.seed)
     tokenizer.decimal_comma = args.decimal_comma  # saved with the tokenizer: generate, predict and eval read so
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    target = out.resolve()  # `--out .` or `--out ..`: a name and a parent to stage beside it
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         staging.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the model folder gets a plain mkdir's mode
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
+        if target.exists():  # an empty folder given (perhaps the working directory): fill it, keep the folder
+            for child in staging.iterdir():
+                os.replace(child, target / child.name)
+            staging.rmdir()
+        else:
+            os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

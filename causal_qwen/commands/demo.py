@@ -19,7 +19,10 @@ def register(subparsers) -> None:
         "Every stage runs on --device; conversion and training keep float32 weights (training with bfloat16 autocast "
         "when --dtype is bfloat16 on a CUDA GPU) and the trained model is evaluated and generates in --dtype.",
     )
-    parser.add_argument("--out", default="demo_output", help="output folder (default demo_output)")
+    parser.add_argument("--out", default="demo_output",
+                        help="output folder (default demo_output): new, empty, or an earlier demo's, whose converted/, "
+                        "training/, report.json, compare.json and plots are replaced; a folder holding other files is "
+                        "refused")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a few steps, small subsets, the conversion verified on three short prompts "
                              "(figures meaningless)")

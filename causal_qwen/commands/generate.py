@@ -62,11 +62,13 @@ def read_individual(path: str) -> list[list[float]]:
     """ε rows from a JSON file: ``{"individuals": [[...], ...]}`` (as ``--save-individual`` writes), a list of
     floats, a list of lists, or the output of ``generate --json`` (its ``individual`` fields)."""
     file = Path(path)
+    if file.is_dir():
+        raise ValueError(f"individual file {path!r} is a folder; name the JSON file --save-individual wrote")
     if not file.is_file():
         raise FileNotFoundError(f"individual file {path!r} does not exist")
     try:
         data: Any = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"individual file {path!r} is not valid JSON ({error})") from error
     if isinstance(data, dict):
         data = data.get("individuals", data.get("individual"))
@@ -76,6 +78,10 @@ def read_individual(path: str) -> list[list[float]]:
         data = [data]
     if not (isinstance(data, list) and data and all(isinstance(row, list) and row for row in data)):
         raise ValueError(f"individual file {path!r} holds no individual (expected a list of floats per prompt)")
+    for index, row in enumerate(data):
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row):
+            raise ValueError(f"individual file {path!r}: individual {index} holds a value that is not a number "
+                             "(expected a list of floats strictly between 0 and 1 per prompt)")
     return data
 
 

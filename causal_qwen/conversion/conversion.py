@@ -55,10 +55,13 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
     if not isinstance(base, (str, os.PathLike)):
         raise TypeError(f"base must be a Qwen2ForCausalLM, a preset name or a path, got {type(base).__name__}")
     name = os.fspath(base)
+    path = Path(name)
+    if gguf_file is not None and (presets.is_preset(name) or path.is_file()):
+        raise ValueError(f"--gguf-file names a GGUF file inside a folder or hub repository; base {name!r} is "
+                         f"{'a preset' if presets.is_preset(name) else 'a file'}: leave --gguf-file out")
     if presets.is_preset(name):
         return presets.build_preset(name, dtype=None if dtype == "auto" else dtype)
     kwargs = {"dtype": dtype} if dtype is not None else {}
-    path = Path(name)
     if path.is_file() and path.suffix == ".gguf":
         with _gguf_progress():
             return Qwen2ForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
@@ -67,6 +70,8 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
             from .hub import check_hub_id
 
             check_hub_id(name)
+        elif path.is_dir() and not (path / gguf_file).is_file():
+            raise ValueError(f"--gguf-file {gguf_file!r} is not a file in {str(path)!r}")
         with _gguf_progress():
             return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
     if path.is_dir():
@@ -129,11 +134,14 @@ def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds 
     config_file = path / "config.json"
     if not path.exists():
         raise ValueError(f"{folder} {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise ValueError(f"{folder} {str(path)!r} is a file, not a folder: give the folder that holds config.json "
+                         "and the weights")
     if not config_file.is_file():
         raise ValueError(f"{folder} {str(path)!r} {missing}{run_folder_hint(path)}")
     try:
         config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{folder} {str(path)!r}: config.json is not valid JSON ({error})") from error
     if not isinstance(config, dict):
         raise ValueError(f"{folder} {str(path)!r}: config.json holds a JSON {type(config).__name__}, not an object "
@@ -150,7 +158,7 @@ def run_folder_hint(path: Path) -> str:
     if (path / "adapter_config.json").is_file():
         return (": it is a LoRA checkpoint of a training run (adapter weights only); the run's model is written, "
                 "merged, to the run's final/ folder at its end (train --resume continues an unfinished run)")
-    if any(child.name.startswith("checkpoint-") and child.is_dir() for child in path.iterdir()):
+    if path.is_dir() and any(child.name.startswith("checkpoint-") and child.is_dir() for child in path.iterdir()):
         return (": it is an unfinished training run's folder (checkpoint-N, no final/); train --resume continues it, "
                 "and a checkpoint-N folder of a run without LoRA loads as a model")
     return ""

@@ -3,13 +3,15 @@ this module (the model's and the tokenizer's ``save_pretrained`` use it)."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Written = TypeVar("Written")
 
@@ -26,6 +28,24 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
+
+
+def write_json_atomic(path: str | os.PathLike, value: Any) -> None:
+    """Write ``value`` as strict JSON (indented; an undefined figure, NaN or ±inf, as null) through
+    `write_text_atomic`, creating the folders above ``path``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(finite_or_none(value), indent=2, allow_nan=False) + "\n")
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float inside it (NaN, ±inf) as None, so that strict JSON can hold it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    return value
 
 
 def save_through_staging(directory: str | os.PathLike, write: Callable[[Path], Written]) -> Written:

@@ -643,7 +643,7 @@ def format_like(value: float, written: str) -> str:
     value = float(value)
     if not math.isfinite(value):
         return str(value)
-    mantissa, exponent_mark, _ = written.lower().partition("e")
+    mantissa, exponent_mark, _ = written.lower().replace(",", ".").partition("e")  # "6,48": a decimal comma
     decimals = len(mantissa.partition(".")[2])
     spelled = f"{value:.{decimals}e}" if exponent_mark else f"{value:.{decimals}f}"
     return spelled.lstrip("-") if float(spelled) == 0.0 else spelled

@@ -315,7 +315,8 @@ class _RowText:
         for stop in self.stop_strings:
             start = full.find(stop, max(0, self.checked - len(stop) + 1))
             if start >= 0 and numbers is None:
-                numbers = [(span.start, span.end) for span in find_numbers(full)]
+                numbers = [(span.start, span.end) for span in
+                           find_numbers(full, decimal_comma=getattr(self.tokenizer, "decimal_comma", False))]
             while start >= 0 and any(start < end and start + len(stop) > begin for begin, end in numbers):
                 start = full.find(stop, start + 1)
             if start >= 0 and (best_start is None or start < best_start):
@@ -447,7 +448,9 @@ class NumericTextStreamer(BaseStreamer):
         if token != self._state.num_token_id:
             return ""
         min_decimals = getattr(self.tokenizer, "number_min_decimals", None)
-        return format_prediction(value, scale, min_decimals=min_decimals)
+        written = format_prediction(value, scale, min_decimals=min_decimals)
+        # as tokenizer.decode writes it: "6.5" is text to a decimal-comma tokenizer, "6,5" its number
+        return written.replace(".", ",") if getattr(self.tokenizer, "decimal_comma", False) else written
 
     def _finish(self, row: int, reason: str) -> None:
         if not self._finished[row]:

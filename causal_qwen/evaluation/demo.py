@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from ..core.files import write_json_atomic
 from . import baselines, metrics
 from .tables import column_values, read_training_table, require_columns, split_rows
 
@@ -213,21 +214,39 @@ def _log_progress(message: str) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Output folder
 # ---------------------------------------------------------------------------------------------------------
+DEMO_MARKER = ".causal-qwen-demo"  # written into the output folder: what the next run may clean up is the demo's
+DEMO_PLOTS = ("training_curves.png", "number_densities.png", "calibration.png", "next_token.png",
+              "individual_space.png", "forecasts.png")
+
+
 def prepare_output(out: Path) -> Path:
-    """Create ``out`` (or reuse it), checking it can be written; remove what an earlier demo left in it."""
+    """Create ``out`` (or reuse an empty one, or an earlier demo's), checking it can be written; remove what an
+    earlier demo left in it. A folder holding anything else is refused: its files are the user's."""
     out = Path(out)
+    if out.is_dir() and any(out.iterdir()) and not _earlier_demo(out):
+        raise ValueError(f"demo output folder {str(out)!r} is not empty and holds no earlier demo's output: name a new "
+                         "or empty folder (the demo replaces converted/, training/, report.json and its PNGs)")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
+        (out / DEMO_MARKER).write_text("written by causal-qwen demo\n", encoding="utf-8")
     except OSError as error:
         raise ValueError(f"cannot write the demo output folder {str(out)!r}: {error}") from error
     for name in ("converted", "training"):
         shutil.rmtree(out / name, ignore_errors=True)
-    for stale in [out / REPORT_FILE, *out.glob("*.png")]:
+    for stale in [out / REPORT_FILE, out / "compare.json", *(out / name for name in DEMO_PLOTS)]:
         stale.unlink(missing_ok=True)
     return out
+
+
+def _earlier_demo(out: Path) -> bool:
+    """Whether ``out`` holds an earlier demo's output: its marker, or (a run from before the marker) its report."""
+    if (out / DEMO_MARKER).is_file():
+        return True
+    try:
+        report = json.loads((out / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and "acceptance" in report
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -311,7 +330,7 @@ def convert_and_verify(settings: DemoSettings, out: Path, progress: Progress) ->
         summary["passed"] = all(summary["checks"].values())
     except ImportError:  # generation is optional for the verification
         logger.warning("generation module unavailable: greedy parity not checked")
-    (out / "compare.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out / "compare.json", report.to_dict())
     failed = [name for name, ok in summary["checks"].items() if not ok]
     progress(
         f"      loc_S vs Qwen logits max |diff| {report.logits_max_abs_diff:.1e}, top-1 agreement "
@@ -561,6 +580,7 @@ def _generation_record(result) -> dict[str, Any]:
     return data
 
 
+
 # ---------------------------------------------------------------------------------------------------------
 # The whole demo
 # ---------------------------------------------------------------------------------------------------------
@@ -639,7 +659,8 @@ def run_demo(settings: DemoSettings, progress: Progress = _log_progress) -> dict
     report["timings_s"] = timings
     report["wall_time_s"] = round(time.perf_counter() - start, 1)
     report["acceptance"] = {name: bool(check(report)) for name, check in ACCEPTANCE.items()}
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    # Strict JSON, as eval writes it: an undefined figure (a Spearman correlation of equal scales) is null, not NaN.
+    write_json_atomic(out / REPORT_FILE, report)
     progress(f"report written to {out / REPORT_FILE} ({report['wall_time_s']:.0f} s in all)")
     return report
 

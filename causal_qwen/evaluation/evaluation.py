@@ -66,6 +66,7 @@ from torch import Tensor
 
 from ..core import cauchy, losses
 from ..core.decisions import causal_scores, constant_scale
+from ..core.files import finite_or_none
 from ..core.row_blocks import row_blocks
 from ..progress import bar as progress_bar
 from .metrics import (
@@ -388,17 +389,7 @@ def checked_metrics(metrics: dict[str, Any], source: str = "the model") -> dict[
     if broken:
         raise ValueError(f"{source} gives non-finite figures ({', '.join(broken)}): its outputs are NaN or "
                          "infinite (damaged weights, or a training run that diverged)")
-    return {key: _finite_or_none(value) for key, value in metrics.items()}
-
-
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [_finite_or_none(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
-    return value
+    return {key: finite_or_none(value) for key, value in metrics.items()}
 
 
 @torch.no_grad()

@@ -237,4 +237,6 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
                                      top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals,
                                      lower_bound=lower_bound)
         view.number = replace(after_space.number, after=" ")
+    if getattr(tokenizer, "decimal_comma", False):  # written as generation writes it for this tokenizer
+        view.number = replace(view.number, text=view.number.text.replace(".", ","))
     return view
