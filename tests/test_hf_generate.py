@@ -143,6 +143,15 @@ def test_generate_refuses_what_it_cannot_do():
         model.generate(input_ids=ids, num_beams=2)
     with pytest.raises(ValueError, match=r"num_return_sequences=3: .*input_ids.repeat_interleave\(n, dim=0\)"):
         model.generate(input_ids=ids, do_sample=True, num_return_sequences=3)
+    # assisted generation feeds several candidate tokens and takes rejected ones back, which the decoding state
+    # (a number and an individual per position, one step at a time) cannot: refused, never misaligned numbers
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens: assisted generation"):
+        model.generate(input_ids=ids, mode="standard", prompt_lookup_num_tokens=3)
+    with pytest.raises(ValueError, match="assistant_model: assisted generation"):
+        model.generate(input_ids=ids, mode="standard", assistant_model=perturbed_model())
+    model.generation_config.num_beams = 2  # the model's own config is read as Hugging Face's loop reads it
+    with pytest.raises(ValueError, match="num_beams=2: .* decode greedily"):
+        model.generate(input_ids=ids)
 
 
 def test_generate_gives_the_prompts_numbers_back_as_they_came():
@@ -190,6 +199,30 @@ def test_mode_from_a_generation_config():
     direct = model.generate(input_ids=ids, attention_mask=mask, mode="causal", individual=individual, max_new_tokens=4,
                             min_new_tokens=4, pad_token_id=0, individual_scope="sequence")
     assert torch.equal(from_config, direct)
+
+
+def test_mode_from_the_models_own_generation_config():
+    model = perturbed_model()
+    ids, mask, _ = left_padded()
+    options = dict(input_ids=ids, attention_mask=mask, max_new_tokens=6, pad_token_id=0, seed=3)
+    direct = model.generate(**options, mode="causal")
+    assert not torch.equal(model.generate(**options), direct)  # traditional, the default: another text
+    model.generation_config.mode = "causal"  # as a saved generation_config.json may carry it
+    assert torch.equal(model.generate(**options), direct)
+
+
+@pytest.mark.parametrize("mode", ["standard", "causal", "traditional"])
+def test_a_static_cache_generates_as_the_dynamic_one(mode):
+    model = perturbed_model(number_bias=2.0)
+    ids, mask, values = left_padded()
+    options = dict(input_ids=ids, attention_mask=mask, numeric_values=values, mode=mode, max_new_tokens=5,
+                   pad_token_id=0, seed=3, return_dict_in_generate=True)
+    if mode == "traditional":
+        options["do_sample"] = False
+    dynamic = model.generate(**options)
+    static = model.generate(**options, cache_implementation="static")
+    assert torch.equal(static.sequences, dynamic.sequences)
+    assert torch.equal(static.numeric_values, dynamic.numeric_values)
 
 
 @pytest.mark.parametrize("mode", ["standard", "causal"])

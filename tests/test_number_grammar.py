@@ -497,6 +497,24 @@ def test_data_collator_with_padding(numeric):
         assert (first_real > 0) == (side == "left")
 
 
+def test_collators_take_the_tokenizers_output_for_each_text(numeric):
+    """``[tokenizer(text) for text in texts]``: each a batch of one row, taken as its row by the collators."""
+    from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding
+
+    texts = ["a 1.25 b", "The item costs 1,234.50 dollars.", "none"]
+    expected = numeric.pad([{key: value[0] for key, value in numeric(text).items()} for text in texts],
+                           return_tensors="pt")
+    for tensors in ("pt", None):
+        features = [numeric(text, return_tensors=tensors) for text in texts]
+        batch = DataCollatorWithPadding(numeric)(features)
+        assert torch.equal(batch["input_ids"], expected["input_ids"])
+        assert torch.equal(batch["numeric_values"], expected["numeric_values"])
+    for_lm = DataCollatorForLanguageModeling(numeric, mlm=False)([numeric(text) for text in texts])
+    assert torch.equal(for_lm["input_ids"], expected["input_ids"])
+    with pytest.raises(ValueError, match="feature 0 holds 2 rows of input_ids"):
+        numeric.pad([numeric(texts[:2])])
+
+
 def test_pad_of_tensor_features_gives_tensors(numeric):
     rows = [numeric(text) for text in ("x 3", "y 4.5 z")]
     features = [{"input_ids": r["input_ids"][0], "numeric_values": r["numeric_values"][0]} for r in rows]

@@ -500,3 +500,14 @@ def test_a_split_at_with_a_validation_split_is_refused_not_ignored():
                                                    "from split_at on are held out")):
         both.validate("c.yaml")
     TrainConfig(model="random:tiny", data="x.csv", split_by="day", validation_split=0.2).validate("c.yaml")
+
+
+def test_a_plain_trainer_divides_the_loss_by_the_accumulation_steps(tmp_path):
+    """The model's loss is a mean over its batch and takes no ``num_items_in_batch``: transformers' Trainer must
+    scale it for gradient accumulation itself, which it does only for a model that says so."""
+    from transformers import Trainer, TrainingArguments
+
+    from causal_qwen import from_qwen
+
+    args = TrainingArguments(output_dir=str(tmp_path), gradient_accumulation_steps=2, report_to=[], use_cpu=True)
+    assert Trainer(model=from_qwen("random:tiny"), args=args).model_accepts_loss_kwargs is False

@@ -132,6 +132,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
     """
 
     _tied_weights_keys = None
+    # The loss is a mean over this batch's target positions: it takes no ``num_items_in_batch``, so transformers'
+    # Trainer must divide it by the gradient-accumulation steps itself (its default for such models).
+    accepts_loss_kwargs = False
     FLOAT32_PARTS = (
         "abduction.scale_net", "action.b_noise", "action.token_noise", "action.number_noise", "ovr_thresholds",
         "action.earlier_numbers",
@@ -358,7 +361,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
             # With a KV cache the mask covers the cached positions too (as Hugging Face's generate passes it).
             past = cache.get_seq_length() if cache is not None else 0
             expected = (inputs_embeds.shape[0], past + inputs_embeds.shape[1])
-            if attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
+            two_dimensional = isinstance(attention_mask, Tensor) and attention_mask.dim() == 2  # a static cache: a dict
+            if two_dimensional and tuple(attention_mask.shape) != expected:
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {expected}")
         backbone_out = self.model(
             inputs_embeds=inputs_embeds,
@@ -591,8 +595,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
         from .generation import MODES, DecodingState, check_seed
 
         kwargs.pop("numeric_strings", None)  # the tokenizer's surface strings of the prompt's numbers: text only
+        configs = (generation_config, self.generation_config)  # this call's, then the model's own
         if mode is None:
-            mode = getattr(generation_config, "mode", None) or "traditional"
+            mode = _configured("mode", configs, "traditional")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         instead = {
@@ -602,7 +607,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                                     "(input_ids.repeat_interleave(n, dim=0), and so attention_mask and numeric_values)",
         }
         for name, hint in instead.items():
-            value = kwargs.get(name, getattr(generation_config, name, 1) if generation_config is not None else 1)
+            value = kwargs.get(name, _configured(name, configs, 1))
             if value not in (None, 1):
                 raise ValueError(f"{name}={value!r}: CausalQwen's generate makes one sequence per prompt; {hint}")
         if mode != "traditional":
@@ -630,6 +635,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, GenerationMixin):
                 kwargs.setdefault("repetition_penalty", 1.0)
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("generate reads the prompt as input_ids with its numeric_values, not as inputs_embeds")
+        if "decoding" in kwargs:  # an assistant's nested generate call carries the caller's DecodingState
+            raise ValueError("a CausalQwen model cannot serve as the assistant of assisted generation")
+        assisted = [name for name in ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit", "use_mtp")
+                    if kwargs.get(name, _configured(name, configs)) not in (None, False)]
+        if assisted:
+            raise ValueError(f"{', '.join(assisted)}: assisted generation (speculative or prompt-lookup decoding) is "
+                             "not supported: CausalQwen's decoding state gives every position its number and "
+                             "individual one step at a time, and cannot take back rejected candidate tokens")
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         _check_prompts(input_ids, kwargs.get("attention_mask"))
         check_seed(seed)
@@ -688,6 +701,16 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         yield
+
+
+def _configured(name: str, configs: tuple, fallback: object = None) -> object:
+    """The generation option ``name`` as Hugging Face's loop reads it: from the first of ``configs`` (this call's
+    ``generation_config``, then the model's own) that sets it, else ``fallback``."""
+    for config in configs:
+        value = getattr(config, name, None) if config is not None else None
+        if value is not None:
+            return value
+    return fallback
 
 
 def _check_prompts(input_ids: object, attention_mask: object) -> None:

@@ -590,6 +590,7 @@ class NumericTokenizer(PreTrainedTokenizerFast):
         if return_tensors not in ("pt", None):
             raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
         if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            encoded_inputs = [_feature_row(feature, index) for index, feature in enumerate(encoded_inputs)]
             encoded_inputs = {key: [feature[key] for feature in encoded_inputs] for key in encoded_inputs[0].keys()}
         elif isinstance(encoded_inputs, Mapping):
             encoded_inputs = dict(encoded_inputs)
@@ -855,6 +856,28 @@ def _as_tensors(columns: dict[str, Any]) -> BatchEncoding:
             if isinstance(value, torch.Tensor):
                 out[key] = value.reshape(len(columns["input_ids"]), 0)
     return BatchEncoding(out)
+
+
+def _feature_row(feature: Mapping, index: int) -> Mapping:
+    """One feature of a collator's list as one row: ``tokenizer(text)`` gives a batch of one row ((1,S) tensors or
+    ``[[...]]`` lists), which is taken as its row; a feature of several rows is a ``ValueError``."""
+    ids = feature.get("input_ids")
+    batched = ids.dim() == 2 if isinstance(ids, torch.Tensor) else _is_batched(ids)
+    if not batched:
+        return feature
+    if len(ids) != 1:
+        raise ValueError(f"feature {index} holds {len(ids)} rows of input_ids; a collator pads features of one row "
+                         "each: split the batch (one dict per text)")
+    return {key: _only_row(value) for key, value in feature.items()}
+
+
+def _only_row(value: Any) -> Any:
+    """``value[0]`` for a one-row batch field ((1,S) tensor, ``[[...]]`` list); any other field as it is."""
+    if isinstance(value, torch.Tensor):
+        return value[0] if value.dim() == 2 else value
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], (list, tuple, torch.Tensor)):
+        return value[0]
+    return value
 
 
 def _holds_tensors(value: Any) -> bool:
