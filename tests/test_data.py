@@ -393,10 +393,21 @@ def test_a_json_integer_beyond_float_range_is_no_number(tmp_path):
         read_documents(DataSource(path=path, template="day {day} high {high}"))
 
 
-def test_a_json_array_is_named_as_not_json_lines(tmp_path):
-    path = write(tmp_path / "d.json", '[\n  {"text": "a 1"},\n  {"text": "b 2"}\n]\n')
-    with pytest.raises(ValueError, match=r"d\.json: the file is one JSON array, not JSON Lines"):
-        read_documents(DataSource(path=path))
+def test_a_json_array_of_records_is_read_as_its_rows(tmp_path):
+    """A .json file as most tools write one (pandas orient="records", vega-datasets' tables): its records are the
+    rows, named by their number in messages."""
+    path = write(tmp_path / "d.json", '[\n  {"day": 1, "high": 10.5},\n  {"day": 2, "high": 11}\n]\n')
+    documents = read_documents(DataSource(path=path, template="day {day} high {high}", target="high"))
+    assert [(document.text, document.row) for document in documents] == [("day 1 high 10.5", 1), ("day 2 high 11", 2)]
+    path = write(tmp_path / "bad.json", '[{"day": 1, "high": 10.5}, {"day": 2, "high": "hot"}]')
+    with pytest.raises(ValueError, match=r"bad\.json: record 2: target field 'high' holds 'hot'"):
+        read_documents(DataSource(path=path, template="day {day} high {high}", target="high"))
+    path = write(tmp_path / "mixed.json", '[{"day": 1, "high": 10.5}, 7]')
+    with pytest.raises(ValueError, match=r"mixed\.json: record 2 is a JSON int, not an object"):
+        read_documents(DataSource(path=path, template="day {day} high {high}"))
+    cars = read_documents(DataSource(path="vega:cars", template="{Name}: {Horsepower} hp, {Miles_per_Gallon} mpg",
+                                     target="Miles_per_Gallon", skip_bad_rows=True))
+    assert len(cars) > 350 and cars[0].text.startswith("chevrolet chevelle malibu: 130 hp, 18 mpg")
     path = write(tmp_path / "e.jsonl", '{"text": "a 1"}\n[\n')  # a bad line after good ones stays a bad line
     with pytest.raises(ValueError, match=r"e\.jsonl: line 2 is not valid JSON"):
         read_documents(DataSource(path=path))
@@ -558,3 +569,21 @@ def test_a_tokenizer_that_reads_the_target_otherwise_is_named(tokenizer):
     misread = Document("alcohol 14.3 percent.", "wine.csv", 18, target_ordinal=0, target_value=14.0)
     with pytest.raises(ValueError, match=r"row 18: .*its number 0 is 14.3, not 14.0"):
         tokenize_documents([misread], tokenizer, max_length=32)
+
+
+def test_a_format_spec_formats_a_whole_number_cell_as_an_integer(tmp_path):
+    """``{visitors:,}`` writes 12,345 (not 12,345.0) and ``{day:02d}`` formats the cell; a decimal cell stays a
+    float."""
+    path = write(tmp_path / "f.csv", "day,visitors,sold\n1,12345,3.5\n2,\"1,200\",4\n")
+    documents = read_documents(DataSource(path=path, template="Day {day:02d}: {visitors:,} visitors, sold {sold:.2f}.",
+                                          target="sold"))
+    assert [document.text for document in documents] == ["Day 01: 12,345 visitors, sold 3.50.",
+                                                         "Day 02: 1,200 visitors, sold 4.00."]
+
+
+def test_a_dotted_key_of_a_json_object_names_the_bracket_form(tmp_path):
+    path = write(tmp_path / "n.jsonl", '{"meta": {"city": "Rome"}, "t": 20.5}\n')
+    with pytest.raises(ValueError, match=r"'meta' holds a JSON object, whose keys a template reads as \{meta\[key\]\}"):
+        read_documents(DataSource(path=path, template="In {meta.city} it was {t}.", target="t"))
+    documents = read_documents(DataSource(path=path, template="In {meta[city]} it was {t}.", target="t"))
+    assert documents[0].text == "In Rome it was 20.5."

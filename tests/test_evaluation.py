@@ -606,6 +606,13 @@ def test_eval_reads_the_run_s_table_in_its_data_format(tmp_path):
     assert [doc.target_value for doc in held_out] == [12.5, 13.0]
 
 
+def test_eval_of_a_run_whose_data_file_moved_says_how_to_name_it(tmp_path):
+    settings = {"data": str(tmp_path / "moved.csv"), "template": "Day {day}: high {high} C.", "target": "high"}
+    with pytest.raises(ValueError, match=r"the run's data file .*moved\.csv' \(from .*train_config\.yaml\) does not "
+                                         r"exist: give its new place with --data PATH"):
+        eval_spec(tmp_path, settings)
+
+
 def test_eval_data_format_reads_another_table_by_another_name(tmp_path):
     table = tmp_path / "weather.csv"
     table.write_text("day,high\n1,10.5\n2,11.0\n", encoding="utf-8")

@@ -546,6 +546,11 @@ def test_predict_cuts_the_intervals_at_the_fields_least_value(tiny_model, tokeni
     assert bounded.interval_90 == (bound, free.interval_90[1])
     assert bounded.interval_50 == tuple(max(end, bound) for end in free.interval_50)
     assert (bounded.median, bounded.scale, bounded.text) == (free.median, free.scale, free.text)
+    above = copy.deepcopy(tokenizer)  # a bound above the median: the median of the forecast cut there is the bound
+    above.number_lower_bound = free.interval_90[1]
+    cut = predict_next(tiny_model, above, "It sold", top_k=1).number
+    assert cut.median == free.interval_90[1] and cut.interval_50 == cut.interval_90 == (cut.median, cut.median)
+    assert float(cut.text) == pytest.approx(cut.median, abs=free.scale)
     with pytest.raises(ValueError, match="number_lower_bound must be a finite number or None"):
         type(tokenizer)(number_lower_bound=float("nan"))
 

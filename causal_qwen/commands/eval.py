@@ -137,6 +137,10 @@ def data_spec(args: argparse.Namespace):
     data = args.data or (config.validation_data or config.data if config is not None else None)
     if data is None:
         raise ValueError("--data is required (or --config TRAIN.yaml / a --model folder with its train_config.yaml)")
+    if config is not None and not args.data and not data.startswith("vega:") and not Path(data).expanduser().is_file():
+        raise ValueError(f"the run's data file {data!r} (from {path}) does not exist: give its new place with --data "
+                         "PATH, and the rows to score with --split-by/--split-at (the run's own split is read from "
+                         "its data file)")
     from_config = config is not None and _same_file(data, (config.data, config.validation_data))
     split_by = args.split_by
     if args.split_at is not None and split_by is None:

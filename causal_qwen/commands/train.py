@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+from pathlib import Path
 
 from ..training.run_folder import OutputLock
 from ..training.train_config import describe_keys, load_train_config, valid_keys
@@ -85,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     steps = [r for r in read_metrics(result.metrics_file) if "loss" in r] if result.metrics_file.is_file() else []
     mean = f" (mean loss {result.train_loss:.4g})" if result.train_loss is not None else ""
+    start = re.fullmatch(r"checkpoint-(\d+)", Path(str(result.resumed_from or "")).name)  # rotated away by now
+    if start and result.train_loss is not None:  # Trainer averages the loss over this session's steps only
+        mean = f" ({result.global_step - int(start[1])} of them after resuming, mean loss {result.train_loss:.4g})"
     print(f"trained {result.global_step} steps{mean}")
     if steps:
         last = steps[-1]

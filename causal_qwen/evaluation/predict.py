@@ -143,16 +143,17 @@ def next_step_view(
     width = torch.tensor(scale_Y, dtype=torch.float64)
     floor = -math.inf if lower_bound is None else lower_bound  # the field's least value: no interval reaches below
     intervals = {q: tuple(max(float(x), floor) for x in cauchy.central_interval(loc, width, q)) for q in (0.5, 0.9)}
+    median = max(loc_Y, floor)  # the median of the forecast cut at the floor: never outside its own intervals
     number = NumberForecast(
         token_id=num_id,
         ovr_probability=float(probability[num_id]),
         softmax_probability=float(softmax[num_id]),
         ovr_rank=int((decision > decision[num_id]).sum()) + 1,
-        median=loc_Y,
+        median=median,
         scale=scale_Y,
         interval_50=intervals[0.5],
         interval_90=intervals[0.9],
-        text=format_prediction(loc_Y, scale_Y, min_decimals=min_decimals) if math.isfinite(loc_Y) else str(loc_Y),
+        text=format_prediction(median, scale_Y, min_decimals=min_decimals) if math.isfinite(median) else str(median),
         earlier_numbers=earlier_numbers_read(model, input_ids, numeric_values),
     )
     return NextStepView(

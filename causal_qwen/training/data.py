@@ -271,11 +271,16 @@ class TemplateRenderer:
                     raise BadRow(f"{where}: template field '{field}' holds {value!r}, which is not a number"
                                  f"{not_a_number_hint(value)}" + (f" ({reason})" if reason else ""))
                 # Keep the file's spelling ("0.0", "12.8") unless the template formats the number itself.
-                value = number if field in self._formatted_fields else str(value).strip()
+                value = _spec_value(number, value) if field in self._formatted_fields else str(value).strip()
             values[field] = value
         try:
             text = self.template.format_map(values)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
+            objects = [field for field in self.fields if isinstance(values.get(field), dict)]
+            if isinstance(error, AttributeError) and objects:  # '{meta.city}' on a JSON object: not a row's fault
+                raise ValueError(f"{where}: cannot fill the template {self.template!r}: '{objects[0]}' holds a JSON "
+                                 f"object, whose keys a template reads as {{{objects[0]}[key]}}, not "
+                                 f"{{{objects[0]}.key}}") from None
             raise BadRow(f"{where}: cannot fill the template {self.template!r}: {error}") from error
         unchecked = [field for field in self.numeric_fields if field not in self._warned and field not in as_text]
         spans = _number_spans(text) if unchecked else []
@@ -291,6 +296,16 @@ class TemplateRenderer:
     def render(self, row: dict[str, Any], where: str) -> str:
         """The filled template (`fill`)."""
         return self.fill(row, where)[0]
+
+
+def _spec_value(number: float, cell: Any) -> float | int:
+    """The value a format spec formats (``{x:,}``, ``{x:03d}``, ``{x:.2f}``): an ``int`` for a cell written as a whole
+    number (JSON ``12``, ``"12"``, ``"12,345"``), so that ``{x:,}`` writes ``12,345`` (not ``12,345.0``) and ``{x:d}``
+    formats it; else the float."""
+    if number.is_integer() and abs(number) < 2**53 and not isinstance(cell, float) \
+            and re.fullmatch(r"[+-]?\d{1,3}(,\d{3})*|[+-]?\d+", str(cell).strip()):
+        return int(number)
+    return number
 
 
 def template_place(template: str, field: str) -> tuple[str, str]:
@@ -408,6 +423,9 @@ def _read_text(path: Path, unit: str) -> Iterator[Document]:
 
 def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
     text = read_utf8_text(path)
+    records = _json_array(text)  # a .json file as most tools write one (pandas orient="records", vega-datasets)
+    if records is not None:
+        return _array_records(path, records, skip_bad_rows)
     rows = []
     with io.StringIO(text, newline=None) as handle:
         for number, line in enumerate(handle, start=1):
@@ -418,9 +436,6 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 whole = _whole_file_json(text) if not rows else None
-                if whole is list:
-                    raise ValueError(f"{path}: the file is one JSON array, not JSON Lines (one JSON object per line); "
-                                     "write each record on a line of its own (e.g. jq -c '.[]')") from None
                 if whole is dict:
                     raise ValueError(_ONE_OBJECT.format(path=path)) from None
                 message = f"{path}: line {number} is not valid JSON ({error})"
@@ -436,6 +451,40 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
     if len(rows) == 1 and _columns_of_values(rows[0][1]):
         raise ValueError(_ONE_OBJECT.format(path=path))
     return rows
+
+
+def _json_array(text: str) -> list | None:
+    """The array that the whole ``text`` is, or None (JSON Lines, or no JSON)."""
+    if not text.lstrip().startswith("["):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) else None
+
+
+def _array_records(path: Path, records: list, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
+    """``(record number, record)`` of the JSON array ``records`` of the file ``path`` (numbered from 1;
+    `is_json_array` tells the messages to say "record"); an element that is no object is a `BadRow` (skipped with
+    ``skip_bad_rows``)."""
+    rows = []
+    for number, record in enumerate(records, start=1):
+        if isinstance(record, dict):
+            rows.append((number, record))
+            continue
+        message = f"{path}: record {number} is a JSON {type(record).__name__}, not an object"
+        if not skip_bad_rows:
+            raise BadRow(message)
+        logger.warning("skipping: %s", message)
+    return rows
+
+
+def is_json_array(path: Path) -> bool:
+    """Whether the JSON file ``path`` starts as one array (``[``, after a byte-order mark and white space): its rows
+    are records numbered from 1, not lines."""
+    with open(path, "rb") as handle:
+        return handle.read(4096).decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n").startswith("[")
 
 
 _ONE_OBJECT = ("{path}: the file is one JSON object, not one per line (JSON Lines); write one record per line, "
@@ -484,6 +533,7 @@ def _rows_to_documents(
     path: Path, rows: list[tuple[int, dict[str, Any]]], source: DataSource, data_format: str
 ) -> list[Document]:
     is_csv = data_format == "csv"
+    unit = "record" if not is_csv and is_json_array(path) else "line"  # how a JSON row is named in messages
     columns = _csv_columns(path) if is_csv else None
     renderer = None
     if source.template is not None:
@@ -496,7 +546,7 @@ def _rows_to_documents(
     target = _target_renderer(source, renderer)
     documents, skipped = [], 0
     for index, (line, row) in enumerate(rows, start=1):
-        where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: line {line}"
+        where = f"{path}: row {index} (line {line})" if is_csv else f"{path}: {unit} {line}"
         try:
             if is_csv:
                 _check_row_width(row, len(columns), where)

@@ -72,8 +72,8 @@ class TrainConfig:
     data: str | None = None
     """Training file (.jsonl, .txt, .csv/.tsv), or ``vega:NAME`` for a file of the vega-datasets package."""
     data_format: str = "auto"
-    """How to read ``data``: ``auto`` (by the suffix: .jsonl/.json/.ndjson JSON Lines, .csv/.tsv CSV, anything else
-    plain text), ``jsonl``, ``csv`` (a ``.txt`` file holding CSV) or ``text``."""
+    """How to read ``data``: ``auto`` (by the suffix: .jsonl/.json/.ndjson JSON Lines or one JSON array of records,
+    .csv/.tsv CSV, anything else plain text), ``jsonl``, ``csv`` (a ``.txt`` file holding CSV) or ``text``."""
     text_field: str = "text"
     """JSONL/CSV field holding each document's text, when no ``template`` builds it."""
     template: str | None = None
