@@ -14,7 +14,9 @@ import importlib
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 
 from . import __version__
 
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = progress.mode()
     progress.configure("never" if getattr(args, "quiet", False) else "always" if getattr(args, "progress", False)
                        else "auto")
+    previous = _stop_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as error:
@@ -95,13 +98,32 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of the output went away (`causal-qwen train --keys | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a checkpoint being written stays in staging)
+    except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or `kill`: one line, not a traceback
+        # (a checkpoint being written stays in staging)
         again = "; `causal-qwen train CONFIG --resume` continues from the newest complete checkpoint" \
             if args.command == "train" else ""
-        print(f"causal-qwen {args.command}: interrupted{again}", file=sys.stderr)
-        return 130
+        what = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        print(f"causal-qwen {args.command}: {what}{again}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
     finally:
         progress.configure(shown)  # an in-process caller keeps its own setting
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM (``kill``, ``timeout``) while a command runs: it ends as Ctrl-C does, with one line."""
+
+
+def _stop_on_sigterm():
+    """Raise `Terminated` on SIGTERM in the main thread; the handler it replaces (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _quiet_loading_bars() -> None:

@@ -897,3 +897,25 @@ def test_a_converted_folder_trained_with_the_numbers_own_noise_loads_without_a_m
     started.reset_parameters(1.0)
     for name, value in started.state_dict().items():
         assert torch.equal(model.action.number_noise.state_dict()[name], value)
+
+
+def test_sigterm_ends_a_run_in_one_line_and_keeps_its_checkpoints(assets, tmp_path):
+    """``kill`` (or ``timeout``) during training: exit status 143, one line naming ``--resume``, no traceback; the
+    complete checkpoints stay for it."""
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "c.yaml", settings(assets, out, max_steps=400, save_steps=2, eval_steps=400))
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([*CLI, "train", str(config)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not checkpoint_steps(out) and child.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert child.poll() is None, child.communicate()[1][-2000:]
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "causal-qwen train: terminated; `causal-qwen train CONFIG --resume` continues" in stderr
+    assert "Traceback" not in stderr and checkpoint_steps(out)
