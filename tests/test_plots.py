@@ -140,6 +140,9 @@ def test_cli_plot_training_and_errors(tmp_path, capsys):
     metrics.write_text("".join(json.dumps({"step": s, "loss": 3.0 / s, "reg_loss": 2.0 / s}) + "\n" for s in range(1, 9)))
     assert main(["plot", "training", str(metrics.parent), "--out", str(tmp_path / "curves.png")]) == 0
     assert_png(tmp_path / "curves.png")
+    (metrics.parent / "final").mkdir()  # the run's model folder, as eval and predict are given it
+    assert main(["plot", "training", str(metrics.parent / "final"), "--out", str(tmp_path / "final.png")]) == 0
+    assert_png(tmp_path / "final.png")
     assert main(["plot", "training", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x.png")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

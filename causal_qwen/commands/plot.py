@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     next_token.set_defaults(func=run_next_token)
 
     training = kind("training", "training curves from a run's metrics.jsonl")
-    training.add_argument("metrics", help="metrics.jsonl written by causal-qwen train (or its output folder)")
+    training.add_argument("metrics", help="metrics.jsonl written by causal-qwen train (or its output folder, or the run's final/)")
     training.add_argument("--out", required=True, help="output .png file")
     training.set_defaults(func=run_training)
 
@@ -162,8 +162,9 @@ def run_training(args: argparse.Namespace) -> int:
 
     check_png_file(args.out)
     metrics = Path(args.metrics)
-    if metrics.is_dir():
-        metrics = metrics / "metrics.jsonl"
+    if metrics.is_dir():  # the run's folder, or its final/ (or a checkpoint-N/) inside it
+        inside = [folder / "metrics.jsonl" for folder in (metrics, metrics.parent)]
+        metrics = next((file for file in inside if file.is_file()), inside[0])
     if not metrics.is_file():
         raise ValueError(f"metrics file {str(metrics)!r} does not exist")
     path = plots.plot_training_curves(read_metrics(metrics), args.out)
