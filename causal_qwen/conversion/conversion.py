@@ -70,8 +70,8 @@ def load_qwen_base(base: str | os.PathLike | Qwen2ForCausalLM, gguf_file: str | 
             from .hub import check_hub_id
 
             check_hub_id(name)
-        elif path.is_dir() and not (path / gguf_file).is_file():
-            raise ValueError(f"--gguf-file {gguf_file!r} is not a file in {str(path)!r}")
+        elif path.is_dir():
+            check_gguf_in_folder(path, gguf_file)
         with _gguf_progress():
             return Qwen2ForCausalLM.from_pretrained(name, gguf_file=gguf_file, **kwargs)
     if path.is_dir():
@@ -125,6 +125,14 @@ def _gguf_progress():
         yield
     finally:
         gguf_utils.tqdm = original
+
+
+def check_gguf_in_folder(path: Path, gguf_file: str) -> None:
+    """``ValueError`` naming the folder's ``.gguf`` files unless ``gguf_file`` is one of them."""
+    if not (path / gguf_file).is_file():
+        held = sorted(child.name for child in path.glob("*.gguf"))
+        raise ValueError(f"--gguf-file {gguf_file!r} is not a file in {str(path)!r} (its .gguf files: "
+                         f"{', '.join(held) or 'none'})")
 
 
 def folder_model_type(path: Path, folder: str = "folder", missing: str = "holds no config.json",

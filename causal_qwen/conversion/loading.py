@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from . import presets
-from .conversion import check_qwen_folder, folder_model_type, from_qwen
+from .conversion import check_gguf_in_folder, check_qwen_folder, folder_model_type, from_qwen
 from .devices import resolve_device_and_dtype
 from .hub import check_hub_id, looks_like_hub_id
 
@@ -50,10 +50,8 @@ def load_tokenizer_for_base(base, gguf_file: str | None = None):
     if path.is_file() and gguf_file is None:
         raise ValueError(f"base {str(path)!r} is a file but not a .gguf one: give a Qwen2 GGUF file, a Qwen2 folder, "
                          f"a preset ({', '.join(presets.preset_names())}) or a hub id")
-    if path.is_dir() and gguf_file is not None and not (path / gguf_file).is_file():
-        held = sorted(child.name for child in path.glob("*.gguf"))
-        raise ValueError(f"--gguf-file {gguf_file!r} is not a file in {str(path)!r} (its .gguf files: "
-                         f"{', '.join(held) or 'none'})")
+    if path.is_dir() and gguf_file is not None:
+        check_gguf_in_folder(path, gguf_file)
     if path.is_dir() and gguf_file is None:
         check_qwen_folder(path)
         if not holds_tokenizer(path):

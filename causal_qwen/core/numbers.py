@@ -570,8 +570,13 @@ def format_number(value: float, decimal_comma: bool = False) -> str:
     rounded to its float32 spelling (``4294967300``). ``decimal_comma``: the decimal point is written ``,``
     (``1234,56``), as a decimal-comma tokenizer reads it.
     """
-    spelled = _format_number(value)
-    return spelled.replace(".", ",") if decimal_comma else spelled
+    return _with_decimal_point(_format_number(value), decimal_comma)
+
+
+def _with_decimal_point(written: str, decimal_comma: bool) -> str:
+    """``written`` (a number spelled with a decimal point ``.`` and no grouping) with ``,`` for its point when
+    ``decimal_comma``."""
+    return written.replace(".", ",") if decimal_comma else written
 
 
 def _format_number(value: float) -> str:
@@ -599,7 +604,8 @@ def _shortest_float32(f32: float) -> tuple[int, str]:
     raise AssertionError(f"no 9-digit spelling round-trips float32 {f32!r}")  # 9 digits always suffice
 
 
-def format_prediction(median: float, scale: float | None, min_decimals: int | None = None) -> str:
+def format_prediction(median: float, scale: float | None, min_decimals: int | None = None,
+                      decimal_comma: bool = False) -> str:
     """A predicted number ``Y ~ Cauchy(median, scale)`` written to the precision the prediction carries.
 
     The 50% interval is ``median ± h`` with ``h = scale·tan(π/4) = scale``; the median is rounded to two
@@ -607,7 +613,8 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
     is written ``6.5`` and ``scale 0.015`` gives ``6.479``. ``min_decimals`` (the decimals the training data
     wrote for that field, when known) is a floor: never fewer decimals than that. A number of more than 15
     integer digits or below ``1e-6`` is written with an exponent (``4.9e-06``). Without a usable scale (None, NaN,
-    0 or inf) the median is written by :func:`format_number`.
+    0 or inf) the median is written by :func:`format_number`. ``decimal_comma``: the decimal point is written ``,``
+    (``6,5``), as a decimal-comma tokenizer reads it.
     """
     median = float(median)
     if not math.isfinite(median):
@@ -616,7 +623,7 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
                                      or min_decimals < 0):
         raise ValueError(f"min_decimals must be a non-negative int or None, got {min_decimals!r}")
     if scale is None or not math.isfinite(scale) or scale <= 0.0:
-        return format_number(median)
+        return format_number(median, decimal_comma)
     step_exponent = math.floor(math.log10(scale)) - 1  # two significant digits of the half-width
     if median != 0.0:  # a float32 median carries at most 9 significant digits
         step_exponent = max(step_exponent, math.floor(math.log10(abs(median))) - 8)
@@ -631,7 +638,7 @@ def format_prediction(median: float, scale: float | None, min_decimals: int | No
     if abs(float(written)) >= 10.0**MAX_INTEGER_DIGITS or 0.0 < abs(float(written)) < 10.0**-MAX_LEADING_ZEROS:
         significant = max(1, math.floor(math.log10(abs(median))) - step_exponent + 1)
         written = f"{median:.{significant - 1}e}"
-    return written
+    return _with_decimal_point(written, decimal_comma)
 
 
 def format_like(value: float, written: str) -> str:

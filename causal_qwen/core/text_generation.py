@@ -448,9 +448,9 @@ class NumericTextStreamer(BaseStreamer):
         if token != self._state.num_token_id:
             return ""
         min_decimals = getattr(self.tokenizer, "number_min_decimals", None)
-        written = format_prediction(value, scale, min_decimals=min_decimals)
         # as tokenizer.decode writes it: "6.5" is text to a decimal-comma tokenizer, "6,5" its number
-        return written.replace(".", ",") if getattr(self.tokenizer, "decimal_comma", False) else written
+        return format_prediction(value, scale, min_decimals=min_decimals,
+                                 decimal_comma=getattr(self.tokenizer, "decimal_comma", False))
 
     def _finish(self, row: int, reason: str) -> None:
         if not self._finished[row]:

@@ -753,9 +753,8 @@ class NumericTokenizer(PreTrainedTokenizerFast):
                 string = strings_list[position] if strings_list is not None else None
                 scale = scales_list[position] if scales_list is not None else math.nan
                 if not string and math.isfinite(scale) and scale > 0 and math.isfinite(values_list[position]):
-                    string = format_prediction(values_list[position], scale)  # a number the model wrote
-                    if self.decimal_comma:
-                        string = string.replace(".", ",")  # "6.5" is text to a decimal-comma tokenizer
+                    # a number the model wrote ("6.5" is text to a decimal-comma tokenizer: "6,5")
+                    string = format_prediction(values_list[position], scale, decimal_comma=self.decimal_comma)
                     model_written = True
                 if values_list is None and not string:
                     raise ValueError(f"{NUM_TOKEN} at position {position} has neither a value nor a string")

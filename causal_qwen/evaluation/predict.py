@@ -97,10 +97,12 @@ def next_step_view(
     text: str = "",
     min_decimals: int | None = None,
     lower_bound: float | None = None,
+    decimal_comma: bool = False,
 ) -> NextStepView:
     """The view after ``input_ids`` (P,) or (1,P) (one sequence, no padding); ``token_text(id)`` names ids;
     ``min_decimals``: the fewest decimals the number's ``text`` is written with; ``lower_bound``: the least value
-    the number takes (the tokenizer's ``number_lower_bound``), where its intervals are cut."""
+    the number takes (the tokenizer's ``number_lower_bound``), where its median and intervals are cut;
+    ``decimal_comma``: the ``text`` is written with a decimal comma (the tokenizer's ``decimal_comma``)."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
     if not isinstance(input_ids, Tensor):
@@ -153,7 +155,8 @@ def next_step_view(
         scale=scale_Y,
         interval_50=intervals[0.5],
         interval_90=intervals[0.9],
-        text=format_prediction(median, scale_Y, min_decimals=min_decimals) if math.isfinite(median) else str(median),
+        text=format_prediction(median, scale_Y, min_decimals=min_decimals, decimal_comma=decimal_comma)
+        if math.isfinite(median) else str(median),
         earlier_numbers=earlier_numbers_read(model, input_ids, numeric_values),
     )
     return NextStepView(
@@ -228,16 +231,13 @@ def predict_next(model, tokenizer, text: str, top_k: int = 10) -> NextStepView:
             return "<NUM>"
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    min_decimals = getattr(tokenizer, "number_min_decimals", None)
-    lower_bound = getattr(tokenizer, "number_lower_bound", None)
-    view = next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text,
-                          min_decimals=min_decimals, lower_bound=lower_bound)
+    written = dict(min_decimals=getattr(tokenizer, "number_min_decimals", None),  # as generation writes it
+                   lower_bound=getattr(tokenizer, "number_lower_bound", None),
+                   decimal_comma=getattr(tokenizer, "decimal_comma", False))
+    view = next_step_view(model, input_ids, values, top_k=top_k, token_text=token_text, text=text, **written)
     spaced = tokenizer([text + " "], return_tensors="pt") if space_before_number(text) else None
     if spaced is not None and (not isinstance(limit, int) or spaced["input_ids"].shape[1] <= limit):
         after_space = next_step_view(model, spaced["input_ids"].to(device), spaced["numeric_values"].to(device),
-                                     top_k=1, token_text=token_text, text=text + " ", min_decimals=min_decimals,
-                                     lower_bound=lower_bound)
+                                     top_k=1, token_text=token_text, text=text + " ", **written)
         view.number = replace(after_space.number, after=" ")
-    if getattr(tokenizer, "decimal_comma", False):  # written as generation writes it for this tokenizer
-        view.number = replace(view.number, text=view.number.text.replace(".", ","))
     return view

@@ -359,8 +359,9 @@ def read_documents(source: DataSource) -> list[Document]:
                              "set data_format: csv (or jsonl)")
         documents = list(_read_text(path, source.text_unit))
     else:
-        rows = _read_jsonl_rows(path, source.skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
-        documents = _rows_to_documents(path, rows, source, data_format)
+        rows, unit = _read_jsonl_rows(path, source.skip_bad_rows) if data_format == "jsonl" \
+            else (_read_csv_rows(path), "line")
+        documents = _rows_to_documents(path, rows, source, data_format, unit)
     if not documents:
         raise ValueError(f"{path}: the dataset is empty (no documents were read)")
     logger.info("read %d documents from %s", len(documents), path)
@@ -378,7 +379,7 @@ def read_rows(spec: str, data_format: str = "auto", skip_bad_rows: bool = False)
     if data_format == "text":
         raise ValueError(f"{path}: plain text files have no columns; a table needs JSONL or CSV data (set data_format: "
                          "csv or jsonl for a table in a file of another suffix)")
-    return _read_jsonl_rows(path, skip_bad_rows) if data_format == "jsonl" else _read_csv_rows(path)
+    return _read_jsonl_rows(path, skip_bad_rows)[0] if data_format == "jsonl" else _read_csv_rows(path)
 
 
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip", ".zst", ".7z")
@@ -421,11 +422,14 @@ def _read_text(path: Path, unit: str) -> Iterator[Document]:
             block = []
 
 
-def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
+def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> tuple[list[tuple[int, dict[str, Any]]], str]:
+    """The ``(number, record)`` rows of a JSON Lines file, or of a file that is one JSON array of records (a .json
+    file as most tools write one: pandas ``orient="records"``, vega-datasets), and what the numbers count:
+    ``"line"`` or ``"record"``."""
     text = read_utf8_text(path)
-    records = _json_array(text)  # a .json file as most tools write one (pandas orient="records", vega-datasets)
+    records = _json_array(text)
     if records is not None:
-        return _array_records(path, records, skip_bad_rows)
+        return _array_records(path, records, skip_bad_rows), "record"
     rows = []
     with io.StringIO(text, newline=None) as handle:
         for number, line in enumerate(handle, start=1):
@@ -450,7 +454,7 @@ def _read_jsonl_rows(path: Path, skip_bad_rows: bool) -> list[tuple[int, dict[st
                 raise BadRow(message)
     if len(rows) == 1 and _columns_of_values(rows[0][1]):
         raise ValueError(_ONE_OBJECT.format(path=path))
-    return rows
+    return rows, "line"
 
 
 def _json_array(text: str) -> list | None:
@@ -465,9 +469,8 @@ def _json_array(text: str) -> list | None:
 
 
 def _array_records(path: Path, records: list, skip_bad_rows: bool) -> list[tuple[int, dict[str, Any]]]:
-    """``(record number, record)`` of the JSON array ``records`` of the file ``path`` (numbered from 1;
-    `is_json_array` tells the messages to say "record"); an element that is no object is a `BadRow` (skipped with
-    ``skip_bad_rows``)."""
+    """``(record number, record)`` of the JSON array ``records`` of the file ``path`` (numbered from 1); an
+    element that is no object is a `BadRow` (skipped with ``skip_bad_rows``)."""
     rows = []
     for number, record in enumerate(records, start=1):
         if isinstance(record, dict):
@@ -478,13 +481,6 @@ def _array_records(path: Path, records: list, skip_bad_rows: bool) -> list[tuple
             raise BadRow(message)
         logger.warning("skipping: %s", message)
     return rows
-
-
-def is_json_array(path: Path) -> bool:
-    """Whether the JSON file ``path`` starts as one array (``[``, after a byte-order mark and white space): its rows
-    are records numbered from 1, not lines."""
-    with open(path, "rb") as handle:
-        return handle.read(4096).decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n").startswith("[")
 
 
 _ONE_OBJECT = ("{path}: the file is one JSON object, not one per line (JSON Lines); write one record per line, "
@@ -530,10 +526,10 @@ def _read_csv_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _rows_to_documents(
-    path: Path, rows: list[tuple[int, dict[str, Any]]], source: DataSource, data_format: str
+    path: Path, rows: list[tuple[int, dict[str, Any]]], source: DataSource, data_format: str, unit: str = "line"
 ) -> list[Document]:
+    """``unit``: what a JSON row's number counts in messages (``"line"``, or ``"record"`` of a JSON array)."""
     is_csv = data_format == "csv"
-    unit = "record" if not is_csv and is_json_array(path) else "line"  # how a JSON row is named in messages
     columns = _csv_columns(path) if is_csv else None
     renderer = None
     if source.template is not None:
