@@ -158,6 +158,7 @@ def test_bad_options_give_clear_errors(tiny_model, tokenizer):
         (dict(mode="causal", individual_scope="sequence", individual=[0.5] * 5), ValueError, "individual has shape"),
         (dict(mode="causal", individual=[0.5] * 64), ValueError, "individual_scope='sequence'"),
         (dict(mode="causal", causal_temperature=-1.0), ValueError, "causal_temperature"),
+        (dict(mode="causal", causal_temperature=1e39), ValueError, "beyond float32's largest"),  # once: '!' (id 0)
         (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
         (dict(mode="traditional", top_p=1.5), ValueError, "top_p"),
         (dict(stop_strings=[""]), ValueError, "stop strings must be non-empty"),
@@ -195,6 +196,9 @@ def test_a_seed_replays_the_samples_and_leaves_torch_generators_alone():
                             **options)
         assert torch.equal(torch.get_rng_state(), state)
         assert torch.equal(hf.sequences[:, ids.shape[1]:], causal.token_ids) and hf.seed == causal.seed == 7
+    # a seed beyond torch's range wraps into [0, 2**64) as causal mode's row seeds do (it was a ValueError)
+    wrapped = generate_ids(model, ids, mode="traditional", seed=2**64 + 7, temperature=0.9, **options)
+    assert torch.equal(wrapped.token_ids, ours.token_ids)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -346,6 +350,19 @@ def test_cli_individual_scope_outside_causal_mode_is_an_error(tmp_path, capsys):
     assert "--individual-scope and --causal-temperature apply to --mode causal only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--mode", "causal", "--top-k", "5"], "top_k only applies to mode 'traditional'"),
+    (["--max-new-tokens", "3", "--min-new-tokens", "5"], "min_new_tokens=5 exceeds max_new_tokens=3"),
+])
+def test_cli_generation_options_are_checked_before_the_model_loads(tmp_path, capsys, flags, message):
+    """A conflict between options is named before any model is read (once only after loading it, a minute on a
+    real base): here the model folder does not even exist."""
+    from causal_qwen.cli import main
+
+    assert main(["generate", "--model", str(tmp_path / "no_model"), *flags, "hi"]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_a_decimal_comma_tokenizer_writes_and_reads_back_the_numbers_generated(tiny_model):
     """With ``decimal_comma`` (``convert --decimal-comma``) a generated number is written ``6,5``, as the same
     tokenizer reads it back (``6.5`` would be text to it), in the text, each number's own text and predict's line;
@@ -364,3 +381,29 @@ def test_a_decimal_comma_tokenizer_writes_and_reads_back_the_numbers_generated(t
         float(text.replace(",", ".")) for text in written]
     assert "." not in forecast.text and german.find_numbers(forecast.text)[0].value == pytest.approx(forecast.median,
                                                                                                        rel=1e-3)
+
+
+@pytest.mark.parametrize("prompt_words", [3, 30])
+def test_a_streamer_without_max_new_tokens_follows_hugging_faces_default_length(tiny_model, tokenizer, prompt_words):
+    """Without max_new_tokens or max_length Hugging Face writes 20 new tokens after any prompt: the streamer's rows
+    hold all of them, also after a prompt longer than 20 tokens (it once took 20 tokens in all, prompt included)."""
+    batch = tokenizer(["word " * prompt_words], return_tensors="pt")
+    streamer = NumericTextStreamer(tokenizer, callback=lambda piece: None)
+    with torch.inference_mode():
+        out = tiny_model.generate(**batch, mode="standard", streamer=streamer, min_new_tokens=20,
+                                  return_dict_in_generate=True)
+    result = streamer.results(["prompt"])[0]
+    assert out.sequences.shape[1] - batch["input_ids"].shape[1] == 20
+    assert result.token_ids == out.sequences[0, batch["input_ids"].shape[1]:].tolist()
+    assert result.finish_reason == "length"
+
+
+def test_the_text_path_reads_the_prompts_numbers_at_the_tokenizers_precision(tiny_model, tokenizer):
+    """`generate_arguments` (the CLI's and `generate`'s path) hands model.generate the tokenizer's float64 values, as
+    model.generate(**tokenizer(...)) does: 16777217 once reached the model as float32's 16777216."""
+    arguments = generate_arguments(tiny_model, tokenizer, ["The town had 16777217 people and"], mode="standard",
+                                   max_new_tokens=1)
+    assert 16777217.0 in arguments["numeric_values"].flatten().tolist()
+    with torch.inference_mode():
+        out = tiny_model.generate(**arguments, return_dict_in_generate=True)
+    assert 16777217.0 in out.numeric_values.flatten().tolist()

@@ -140,8 +140,22 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"prompt {index} is empty (with --chat an empty message is sent as one)")
     import torch
 
+    from ..core.generation import GenerationOptions
     from ..core.text_generation import NumericTextStreamer, generate_arguments
 
+    options = dict(
+        mode=args.mode,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop_strings=tuple(args.stop or ()),
+        **({"individual_scope": args.individual_scope or "token", "causal_temperature": args.causal_temperature}
+           if args.mode == "causal" else {}),
+    )
+    GenerationOptions(**options).check()  # --top-k in standard mode, --min-new-tokens past the maximum: before loading
     placement(args)  # a bad --device/--dtype fails before any file is read
     individual = _individual_argument(args.individual, len(args.prompts))
     model, tokenizer = load_model(args)
@@ -168,22 +182,7 @@ def run(args: argparse.Namespace) -> int:
         if piece.finished:
             print(f"[{piece.index}] {shown_prompts[piece.index]}{finished_texts[piece.index]}", flush=True)
 
-    arguments = generate_arguments(
-        model,
-        tokenizer,
-        prompts,
-        mode=args.mode,
-        max_new_tokens=args.max_new_tokens,
-        min_new_tokens=args.min_new_tokens,
-        seed=args.seed,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        stop_strings=tuple(args.stop or ()),
-        individual=individual,
-        **({"individual_scope": args.individual_scope or "token", "causal_temperature": args.causal_temperature}
-           if args.mode == "causal" else {}),
-    )
+    arguments = generate_arguments(model, tokenizer, prompts, individual=individual, **options)
     streamer = NumericTextStreamer(tokenizer, callback=None if args.json else show, track_text=not args.json)
     with torch.inference_mode():
         model.generate(**arguments, streamer=streamer, tokenizer=tokenizer)

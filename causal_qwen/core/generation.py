@@ -158,6 +158,9 @@ def check_causal_options(mode: str, scope: Any, temperature: Any, individual: An
         or temperature < 0
     ):
         raise ValueError(f"causal_temperature must be a finite number >= 0, got {temperature!r}")
+    if temperature is not None and temperature > torch.finfo(torch.float32).max:  # τ·ρ(g) is formed in float32
+        raise ValueError(f"causal_temperature={temperature!r} is beyond float32's largest number "
+                         f"({torch.finfo(torch.float32).max:.3g}), in which the individual's spread is formed")
     if mode != "causal" and (individual is not None or temperature is not None):
         raise ValueError(f"individual and causal_temperature only apply to mode 'causal', not {mode!r}")
     if individual is not None and scope != "sequence":
@@ -343,8 +346,9 @@ class DecodingState:
                 return next((value for value in values if value is not None), None)
 
             max_new_tokens = option("max_new_tokens")
-            if max_new_tokens is None:  # Hugging Face's default length: max_length = 20 in all
-                max_new_tokens = (option("max_length") or 20) - self.values.shape[1]
+            if max_new_tokens is None:  # a max_length given counts the prompt; none set: Hugging Face adds 20 tokens
+                max_length = option("max_length")
+                max_new_tokens = 20 if max_length is None else max_length - self.values.shape[1]
             stop_strings = option("stop_strings")
             criteria.append(streamer.follow(self, option("eos_token_id"), max_new_tokens, stop_strings))
             if stop_strings:  # found in the text by the streamer, not in the tokens by Hugging Face

@@ -699,7 +699,7 @@ def _seeded_global_generators(seed: int | None, device: torch.device):
         return
     accelerators = [device] if device.type not in ("cpu", "meta") else []
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed % 2**64)  # into torch's range, as causal mode's row seeds (generation.row_seed)
         yield
 
 

@@ -157,13 +157,14 @@ def as_prompt_list(prompts: str | Sequence[str]) -> list[str]:
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], device: torch.device | str = "cpu") -> dict[str, Tensor]:
-    """Tokenize with LEFT padding: ``input_ids``, ``numeric_values``, ``attention_mask`` (B,P) on ``device``."""
+    """Tokenize with LEFT padding: ``input_ids``, ``numeric_values``, ``attention_mask`` (B,P) on ``device``; the
+    values at the tokenizer's precision, at least float32 (its float64 keeps 16777217, which float32 cannot)."""
     encoded = tokenizer(list(prompts), padding=True, padding_side="left", return_tensors="pt")
     batch = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask")}
     values = encoded["numeric_values"] if "numeric_values" in encoded else None
     if values is None:
         values = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
-    batch["numeric_values"] = values.to(device=device, dtype=torch.float32)
+    batch["numeric_values"] = values.to(device=device, dtype=torch.promote_types(values.dtype, torch.float32))
     return batch
 
 
