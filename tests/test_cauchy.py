@@ -27,6 +27,21 @@ def test_log_prob_matches_torch_and_scipy():
     torch.testing.assert_close(cauchy.nll(value, loc, scale), -ours)
 
 
+def test_log_prob_stays_finite_far_in_the_tails_fp32():
+    """A number far from a median whose scale is tiny (a row's 8-digit day number against a regression warm start
+    that fitted the target alone: scale 2.7e-14) has a finite log-density and gradient in float32, equal to the
+    float64 one, where ``z²`` would overflow."""
+    value = torch.tensor([20200101.0, 50.3, 1e3])
+    loc = torch.tensor([50.4, 50.4, 0.0], requires_grad=True)
+    scale = torch.tensor([2.7e-14, 2.7e-14, 1e-3], requires_grad=True)
+    ours = cauchy.log_prob(value, loc, scale)
+    exact = cauchy.log_prob(value.double(), loc.detach().double(), scale.detach().double())
+    assert torch.isfinite(ours).all()
+    torch.testing.assert_close(ours.double(), exact, rtol=1e-6, atol=0.0)
+    ours.sum().backward()
+    assert torch.isfinite(loc.grad).all() and torch.isfinite(scale.grad).all()
+
+
 def test_ovr_probability_matches_survival_function():
     loc = torch.linspace(-50, 50, 41, dtype=torch.float64)
     scale = torch.full_like(loc, 3.0)

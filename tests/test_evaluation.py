@@ -295,6 +295,47 @@ def test_cli_eval_errors(tiny_dir, tmp_path, capsys):
     assert "cannot write" in capsys.readouterr().err
 
 
+def test_cli_eval_json_never_overwrites_its_inputs(tiny_dir, tmp_path, capsys):
+    """--json naming the data file or a file of the model folder stops before anything is written; a metrics
+    file an earlier eval wrote into the folder is written again."""
+    import shutil
+
+    from causal_qwen.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    table = tmp_path / "table.json"
+    table.write_text('[{"day": 1, "high": 10.5}, {"day": 2, "high": 11.0}]')
+    command = ["eval", "--model", str(model), "--data", str(table), "--template", "Day {day}: high {high} C.",
+               "--metrics", "numbers", "--json"]
+    for kept in (table, model / "config.json"):
+        before = kept.read_bytes()
+        assert main([*command, str(kept)]) == 2
+        assert "--json" in capsys.readouterr().err
+        assert kept.read_bytes() == before
+    report = model / "eval.json"
+    assert main([*command, str(report)]) == 0
+    assert main([*command, str(report)]) == 0
+    assert json.loads(report.read_text())["documents"] == 2
+
+
+def test_cli_eval_notes_rows_the_run_trained_on(tiny_dir, tmp_path, capsys):
+    """A --split-at before the run's own cut scores rows the run trained on, and eval says how many; a cut after
+    it scores held-out rows only, with no note."""
+    from causal_qwen.cli import main
+
+    table = tmp_path / "table.csv"
+    table.write_text("day,high\n" + "".join(f"{day},{10 + day / 2}\n" for day in range(1, 21)))
+    config = tmp_path / "train.yaml"
+    config.write_text(f"data: {table}\ntemplate: 'Day {{day}}: high {{high}} C.'\ntarget: high\n"
+                      "split_by: day\nsplit_at: 15\n")
+    command = ["eval", "--model", str(tiny_dir), "--config", str(config), "--metrics", "numbers", "--split-at"]
+    assert main([*command, "10"]) == 0
+    assert "note: 5 of the 11 rows scored are rows the run trained on" in capsys.readouterr().out
+    assert main([*command, "16"]) == 0
+    assert "rows the run trained on" not in capsys.readouterr().out
+
+
 def test_cli_eval_numbers_on_a_table(tiny_dir, tmp_path, capsys):
     from causal_qwen.cli import main
 

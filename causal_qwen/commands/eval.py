@@ -192,6 +192,42 @@ def _scoring_notes(config, data: str, spec, from_config: bool, split: dict) -> l
     return notes
 
 
+def trained_rows_note(args: argparse.Namespace, spec, documents: list) -> str | None:
+    """A note when a split given on the command line (``--split-by``/``--split-at``) scores rows of the run's data
+    file that the run trained on (a cut before the run's own): how many, since their figures measure a fit, not a
+    forecast. None otherwise (the run's own split, another file, or no training config)."""
+    import dataclasses
+
+    from ..evaluation.evaluation import load_split_documents
+    from ..training.train_config import load_train_config
+
+    path = find_train_config(args)
+    if path is None or spec.split_at is None:
+        return None
+    config = load_train_config(path)
+    if not _same_file(spec.path, (config.data,)) or not (config.split_by or config.validation_split):
+        return None
+    run_split = _config_split(config, spec.path)
+    if run_split.get("split_at") == spec.split_at and run_split.get("split_by") == spec.split_by:
+        return None
+    trained, _ = load_split_documents(dataclasses.replace(spec, **run_split))
+    trained_rows = {(doc.source, doc.row) for doc in trained}
+    seen = sum((doc.source, doc.row) in trained_rows for doc in documents)
+    if not seen:
+        return None
+    return (f"{seen} of the {len(documents)} rows scored are rows the run trained on (its split: "
+            f"{describe_split(config)}): their figures measure the fit to rows it has seen, not a forecast")
+
+
+def describe_split(config) -> str:
+    """The run's split as its config writes it (``split_by >= split_at``, or its validation fraction)."""
+    if config.split_by is not None and config.split_at is not None:
+        return f"{config.split_by} >= {config.split_at!r} held out"
+    if config.split_by is not None:
+        return f"the latest {config.validation_split:.0%} of {config.split_by} held out"
+    return f"a random {config.validation_split:.0%} held out"
+
+
 def _plain_text(data: str, data_format: str) -> bool:
     """Whether ``data`` reads as plain text (no fields, so no template or target of a training table applies);
     False when it cannot be found (reading it names the problem)."""
@@ -250,6 +286,31 @@ def check_writable_file(path: str | None) -> None:
         raise ValueError(f"cannot write {path!r}: {str(probe)!r} is not a writable folder")
 
 
+def check_not_an_input(path: str | None, model: str | None, data: str | None) -> None:
+    """Raise ``ValueError`` when ``path`` (``--json``) names a file the command reads, which writing the metrics
+    would destroy: the data file, or a file of the ``model`` folder (its config, weights, tokenizer). A metrics
+    file an earlier ``eval`` wrote into the folder (`is_metrics_file`) may be written again."""
+    if path is None or path == "-":
+        return
+    out = Path(path).expanduser().resolve()
+    if data is not None and not data.startswith("vega:") and out == Path(data).expanduser().resolve():
+        raise ValueError(f"--json {path!r} is the data file being scored; name another file for the metrics")
+    if model is not None and Path(model).expanduser().resolve() in out.parents and out.is_file() \
+            and not is_metrics_file(out):
+        raise ValueError(f"--json {path!r} would overwrite {out.name} of the model folder {model!r}; name another "
+                         "file for the metrics")
+
+
+def is_metrics_file(path: Path) -> bool:
+    """Whether ``path`` holds metrics as ``eval --json`` writes them (a JSON object naming its model, data and
+    documents)."""
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(written, dict) and {"model", "data", "documents"} <= written.keys()
+
+
 def check_number_choice(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--number-index`` with ``--all-numbers``: each chooses the numbers scored."""
     if args.number_index is not None and args.all_numbers:
@@ -270,8 +331,12 @@ def run(args: argparse.Namespace) -> int:
 
         check_causal_qwen_folder(Path(args.model))
     spec = data_spec(args)
+    check_not_an_input(args.json, args.model, spec.path)
     model, tokenizer = load_model(args)
     training, documents = load_split_documents(spec)
+    note = trained_rows_note(args, spec, documents)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr if args.json == "-" else sys.stdout)
     result = evaluate_documents(model, tokenizer, documents, batch_size=args.batch_size, max_length=spec.max_length,
                                 add_eos=spec.add_eos, language=args.metrics != "numbers",
                                 bits=args.metrics != "numbers", target=spec.target)

@@ -166,7 +166,21 @@ def decision_score(loc: Tensor, scale: Tensor, threshold: Tensor | float) -> Ten
 def log_prob(value: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
     """Log-density ``-log(π·scale) - log1p(((value - loc)/scale)²)``."""
     z = (value - loc) / scale
-    return -torch.log(math.pi * scale) - torch.log1p(z * z)
+    return -torch.log(math.pi * scale) - log1p_square(z)
+
+
+# Above this |z|, ``z²`` comes near float32's largest value (3.4e38 at |z| = 1.8e19): `log1p_square` takes logs first.
+LARGE_Z = 1e15
+
+
+def log1p_square(z: Tensor) -> Tensor:
+    """``log(1 + z²)``, finite wherever ``z`` is: beyond `LARGE_Z` as ``2·log|z| + log1p(1/z²)``, since ``z²``
+    overflows float32 (a number 2e7 away from a median whose scale is 1e-14 would cost an infinite loss)."""
+    large = z.abs() > LARGE_Z
+    small_z = torch.where(large, torch.zeros_like(z), z)
+    large_z = torch.where(large, z.abs(), torch.ones_like(z))
+    return torch.where(large, 2.0 * torch.log(large_z) + torch.log1p(large_z.reciprocal().square()),
+                       torch.log1p(small_z * small_z))
 
 
 def nll(value: Tensor, loc: Tensor, scale: Tensor) -> Tensor:
