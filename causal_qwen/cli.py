@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or `kill`: one line, not a traceback
         # (a checkpoint being written stays in staging)
-        again = "; `causal-qwen train CONFIG --resume` continues from the newest complete checkpoint" \
-            if args.command == "train" else ""
+        again = ""
+        if args.command == "train":  # training tells whether a checkpoint was saved before the stop
+            again = "; `causal-qwen train CONFIG --resume` continues from the newest complete checkpoint" \
+                if getattr(stop, "resumable", True) else "; no checkpoint was saved yet: run the same command again"
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(f"causal-qwen {args.command}: {what}{again}", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)

@@ -827,6 +827,22 @@ def test_ctrl_c_and_a_config_json_that_is_no_object_end_in_one_line(assets, tmp_
     assert "config.json holds a JSON list, not an object of settings" in line
 
 
+def test_ctrl_c_before_the_first_checkpoint_says_to_run_again_not_to_resume(assets, tmp_path, capsys, monkeypatch):
+    """A stop before any checkpoint was written leaves nothing for ``--resume`` (which would fail with "holds no
+    checkpoint-N folder"), so the one line says to run the command again."""
+    from causal_qwen.cli import main as cli_main
+    from causal_qwen.training import training
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "_train", interrupted)
+    config = write_config(tmp_path / "c.yaml", settings(assets, tmp_path / "run"))
+    assert cli_main(["train", str(config)]) == 130
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == ["causal-qwen train: interrupted; no checkpoint was saved yet: run the same command again"]
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["generate", "--top-p", "2"], "argument --top-p: must lie in (0, 1], got '2'"),
     (["generate", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got '-1'"),

@@ -59,6 +59,7 @@ from .run_folder import (
     check_output_dir,
     clear_for_run,
     fault_point,
+    list_checkpoints,
     plan_run,
     publish,
     rotate_checkpoints,
@@ -599,9 +600,11 @@ def run_training(
                 clear_for_run(plan, output_dir)  # a run killed after publishing final/ may leave an empty .staging/
                 return _finished_result(config, plan)
             return _train(config, plan, callbacks, report)
-    except BaseException:
+    except BaseException as stop:
         if created and lock is not None:
             _remove_if_only_lock(output_dir, created[1:])
+        if not isinstance(stop, Exception):  # Ctrl-C or SIGTERM: whether `--resume` has a checkpoint to go on from
+            stop.resumable = Path(output_dir).is_dir() and bool(list_checkpoints(output_dir))
         raise
 
 
