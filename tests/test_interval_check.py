@@ -233,7 +233,7 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     assert [line for line in lines if line.startswith("interval check")] == [
         "interval check: no slice kept out: 20 training documents are too few for 8 numbers in a quarter of them; "
         "every row trains, and neither the locations nor the intervals are checked on rows kept out (the interval "
-        "floor stands in)"], lines
+        "floor stands in when the warm start scores 10 numbers or more)"], lines
     floor = result.interval_floor
     assert floor is not None and floor.numbers == 20, lines
     warm = json.loads((tmp_path / "run" / WARM_START_FILE).read_text(encoding="utf-8"))
@@ -249,6 +249,24 @@ def test_a_table_too_small_for_a_slice_floors_its_intervals_also_when_resumed(tm
     assert resumed.interval_floor.out_of_fold_mdae == pytest.approx(floor.out_of_fold_mdae)
     assert resumed.interval_floor.scale_factor == pytest.approx(floor.scale_factor, rel=1e-4)
 
+
+
+def test_a_table_too_small_for_the_floor_says_its_widths_are_unchecked(tmp_path):
+    """Seven training rows: no slice, and the warm start's errors are in-sample (fewer than 2·FOLDS numbers), so no
+    floor stands in either; training says so instead of leaving the slice's promise of a floor unkept."""
+    from causal_qwen.training.train_config import load_train_config
+    from causal_qwen.training.training import run_training
+
+    rows = [f"2021-01-{1 + i:02d},{100 + 7 * i + 9 * math.sin(i):.1f}" for i in range(10)]
+    config_file = readings_config(tmp_path, "tiny_table", rows, "2021-01-08")
+    settings = [f"output_dir={tmp_path / 'run'}", "max_steps=2", "report_to=none", "progress_bar=false",
+                "eval_steps=0", "save_steps=0"]
+    lines: list[str] = []
+    result = run_training(load_train_config(config_file, settings), report=lines.append)
+    assert result.interval_check is None and result.interval_floor is None, lines
+    assert [line for line in lines if line.startswith("interval floor")] == [
+        "interval floor: none: the warm start scored 7 numbers, fewer than 10 (its errors are in-sample), so nothing "
+        "checks the widths; they are as training left them"], lines
 
 def test_the_forward_floor_applies_after_a_split_by_a_column_with_the_backbone_frozen():
     """`interval_floor` chooses the warm start's forward error after a split by a column when the backbone is frozen

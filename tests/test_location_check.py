@@ -141,7 +141,7 @@ def test_a_small_table_keeps_eight_rows_out_when_a_quarter_allows_it():
     assert keep_check_slice(config, documents(30), lines.append) == (documents(30), [])  # 8 of 30 pass a quarter
     assert lines == ["interval check: no slice kept out: 30 training documents are too few for 8 numbers in a "
                      "quarter of them; every row trains, and neither the locations nor the intervals are checked on "
-                     "rows kept out (the interval floor stands in)"]
+                     "rows kept out (the interval floor stands in when the warm start scores 10 numbers or more)"]
     seeded = SimpleNamespace(interval_check=0.1, split_by=None, seed=0, location_check=True)
     assert len(keep_check_slice(seeded, documents(43))[1]) == 8
 

@@ -104,7 +104,8 @@ def keep_check_slice(config: TrainConfig, train_docs: list, report: Report | Non
     if numbers < MIN_NUMBERS:
         tell(f"interval check: no slice kept out: {len(train_docs)} training documents are too few for "
              f"{MIN_NUMBERS} numbers in a quarter of them; every row trains, and neither the locations nor the "
-             "intervals are checked on rows kept out (the interval floor stands in)", report)
+             "intervals are checked on rows kept out (the interval floor stands in when the warm start scores "
+             f"{2 * FOLDS} numbers or more)", report)
         return train_docs, []
     checks = ("the number locations and intervals" if checks_locations(config, kept, check)
               else "the number intervals")
@@ -291,6 +292,9 @@ def run_interval_floor(model, config: TrainConfig, train_dataset: Dataset, train
     when it chooses none."""
     chosen = interval_floor(config, train_docs, check_docs, warm)
     if chosen is None:
+        if config.interval_check and not check_docs and warm is not None and report is not None:
+            report(f"interval floor: none: the warm start scored {warm.scored} numbers, fewer than {2 * FOLDS} "
+                   "(its errors are in-sample), so nothing checks the widths; they are as training left them")
         return None
     error, floor = chosen
     ordinals = target_ordinals(train_dataset, train_docs)
