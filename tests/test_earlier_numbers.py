@@ -151,6 +151,10 @@ def test_predict_names_the_earlier_numbers_its_forecast_reads(converted):
     after_a_row = predict_next(reading, tokenizer, "open 1, high 2, low 0.5, close 1.5.\n" + row)
     assert after_a_row.number.earlier_numbers == [99.0, 105.0, 100.0]
     assert predict_next(reading, tokenizer, "open 100, high 105, close").number.earlier_numbers == []
+    one_line = predict_next(reading, tokenizer, "open 1, high 2, low 0.5, close 1.5. " + row)  # no line break
+    assert one_line.number.earlier_numbers == [] and one_line.number.row_numbers_before == 7
+    assert ("the model reads a row's earlier numbers where 3 come before its target; this row holds 7 since its "
+            "latest line break, so the forecast reads none") in format_view(one_line)
     plain = predict_next(model, tokenizer, row)
     assert plain.number.earlier_numbers == [] and "earlier numbers" not in format_view(plain)
 

@@ -65,6 +65,10 @@ def format_view(view) -> str:
     if n.earlier_numbers:
         lines.append("(the forecast reads the row's earlier numbers, latest first: "
                      f"{', '.join(f'{value:g}' for value in n.earlier_numbers)})")
+    elif n.earlier_numbers_wanted is not None:
+        lines.append(f"(the model reads a row's earlier numbers where {n.earlier_numbers_wanted} come before its "
+                     f"target; this row holds {n.row_numbers_before} since its latest line break, so the forecast "
+                     "reads none: a line break ends a row)")
     lines.append(f"standard mode picks id {view.standard_choice}; greedy softmax picks id {view.traditional_choice}; "
                  f"sum of P_ovr over the vocabulary {view.probability_sum:.4g}")
     return "\n".join(lines)

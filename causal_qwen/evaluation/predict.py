@@ -51,7 +51,9 @@ class NumberForecast:
     """The ``<NUM>`` decision and, should a number come next, its Cauchy median and central intervals; ``text``:
     the median as generation would write it, to the precision its scale carries (`numbers.format_prediction`);
     ``earlier_numbers``: the values of the row's numbers the read-out added, latest first (`heads.EarlierNumbers`:
-    where the row's target comes next, for a model that reads them), else empty."""
+    where the row's target comes next, for a model that reads them), else empty; ``row_numbers_before`` /
+    ``earlier_numbers_wanted``: for a model that reads them, how many numbers the prompt's row holds before the
+    forecast (since its latest line break) and how many a row holds before its target (None for other models)."""
 
     token_id: int
     ovr_probability: float
@@ -64,6 +66,8 @@ class NumberForecast:
     text: str = ""
     after: str = ""
     earlier_numbers: list[float] = field(default_factory=list)
+    row_numbers_before: int | None = None
+    earlier_numbers_wanted: int | None = None
 
 
 @dataclass
@@ -157,7 +161,7 @@ def next_step_view(
         interval_90=intervals[0.9],
         text=format_prediction(median, scale_Y, min_decimals=min_decimals, decimal_comma=decimal_comma)
         if math.isfinite(median) else str(median),
-        earlier_numbers=earlier_numbers_read(model, input_ids, numeric_values),
+        **earlier_numbers_read(model, input_ids, numeric_values),
     )
     return NextStepView(
         text=text,
@@ -170,18 +174,19 @@ def next_step_view(
     )
 
 
-def earlier_numbers_read(model, input_ids: Tensor, numeric_values: Tensor | None) -> list[float]:
-    """The values the read-out adds at the last position of ``input_ids`` (1,P), latest first: the row's last
-    ``K`` numbers where its target comes next (`heads.EarlierNumbers`); empty elsewhere or for a model without
-    them."""
+def earlier_numbers_read(model, input_ids: Tensor, numeric_values: Tensor | None) -> dict[str, Any]:
+    """`NumberForecast`'s earlier-numbers fields at the last position of ``input_ids`` (1,P): the values the
+    read-out adds there, latest first (the row's last ``K`` numbers where its target comes next,
+    `heads.EarlierNumbers`; empty elsewhere), the numbers the row holds before that position and the count a row
+    holds before its target; nothing for a model without them."""
     earlier = model.action.earlier_numbers
     if earlier is None:
-        return []
+        return {}
     with torch.inference_mode():
         values, read = earlier.values(input_ids, numeric_values, int(model.config.num_token_id))  # (1,P,K), (1,P)
-    if int(read[0, -1]) != earlier.target:
-        return []
-    return values[0, -1, :earlier.target].tolist()  # a row before its number k has read k of them
+    before = int(read[0, -1])
+    added = values[0, -1, :earlier.target].tolist() if before == earlier.target else []  # k read before number k
+    return {"earlier_numbers": added, "row_numbers_before": before, "earlier_numbers_wanted": int(earlier.target)}
 
 
 _WRITTEN_WITHOUT_SPACES = ("CJK ", "IDEOGRAPHIC ", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "BOPOMOFO", "YI ",
