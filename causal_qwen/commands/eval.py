@@ -199,6 +199,7 @@ def trained_rows_note(args: argparse.Namespace, spec, documents: list) -> str | 
     import dataclasses
 
     from ..evaluation.evaluation import load_split_documents
+    from ..training.data import SplitSpec, describe_split
     from ..training.train_config import load_train_config
 
     path = find_train_config(args)
@@ -215,17 +216,10 @@ def trained_rows_note(args: argparse.Namespace, spec, documents: list) -> str | 
     seen = sum((doc.source, doc.row) in trained_rows for doc in documents)
     if not seen:
         return None
+    run = SplitSpec(fraction=0.0 if config.split_at is not None else config.validation_split,
+                    split_by=config.split_by, split_at=config.split_at)
     return (f"{seen} of the {len(documents)} rows scored are rows the run trained on (its split: "
-            f"{describe_split(config)}): their figures measure the fit to rows it has seen, not a forecast")
-
-
-def describe_split(config) -> str:
-    """The run's split as its config writes it (``split_by >= split_at``, or its validation fraction)."""
-    if config.split_by is not None and config.split_at is not None:
-        return f"{config.split_by} >= {config.split_at!r} held out"
-    if config.split_by is not None:
-        return f"the latest {config.validation_split:.0%} of {config.split_by} held out"
-    return f"a random {config.validation_split:.0%} held out"
+            f"{describe_split(run)}): their figures measure the fit to rows it has seen, not a forecast")
 
 
 def _plain_text(data: str, data_format: str) -> bool:
